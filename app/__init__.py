@@ -1,0 +1,1 @@
+"""Agent Mesh gateway: HTTP functions and the domain the workers share."""

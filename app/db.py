@@ -1,0 +1,40 @@
+"""Postgres connection pool with JSON codecs."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import asyncpg
+
+from app.settings import Settings
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+async def _init_connection(conn: asyncpg.Connection) -> None:
+    for typ in ("json", "jsonb"):
+        await conn.set_type_codec(typ, encoder=_dumps, decoder=json.loads, schema="pg_catalog")
+
+
+async def connect(url: str) -> asyncpg.Connection:
+    conn = await asyncpg.connect(url)
+    await _init_connection(conn)
+    return conn
+
+
+async def create_pool(settings: Settings, *, min_size: int | None = None,
+                      max_size: int | None = None) -> asyncpg.Pool:
+    pool = await asyncpg.create_pool(
+        settings.database_url,
+        min_size=settings.db_pool_min if min_size is None else min_size,
+        max_size=settings.db_pool_max if max_size is None else max_size,
+        init=_init_connection,
+        # Statements are few and hot; the default cache is fine, but idle
+        # connections are recycled so a restarted Postgres is picked up.
+        max_inactive_connection_lifetime=60.0,
+    )
+    assert pool is not None
+    return pool

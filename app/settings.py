@@ -1,0 +1,80 @@
+"""Every knob of the mesh, read once from the environment (prefix ``MESH_``).
+
+Processes build one :class:`Settings` at start-up and pass it down; nothing
+below this module reads the environment.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+from typing import Literal
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="MESH_", extra="ignore")
+
+    # --- services -----------------------------------------------------------
+    database_url: str = "postgresql://postgres@127.0.0.1:5432/mesh"
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    kafka_bootstrap: str | None = None
+    # "auto": Kafka when kafka_bootstrap is set, else Redis Streams.
+    bus: Literal["auto", "kafka", "redis"] = "auto"
+    bus_topic: str = "inbox.events"
+    db_pool_min: int = 2
+    db_pool_max: int = 20
+
+    # --- HTTP ---------------------------------------------------------------
+    host: str = "127.0.0.1"
+    port: int = 8080
+    max_body_bytes: int = 1024 * 1024
+    registration_enabled: bool = True
+    admin_usernames: list[str] = Field(default_factory=list)
+
+    # --- auth ---------------------------------------------------------------
+    jwt_secret: str = "dev-insecure-change-me-0123456789abcdef"
+    jwt_issuer: str = "agent-mesh"
+    owner_token_ttl_seconds: int = 3600
+    agent_token_ttl_seconds: int = 3600
+
+    # --- delivery -----------------------------------------------------------
+    relay_batch_size: int = 500
+    relay_sweep_seconds: float = 1.0
+    relay_wakeup: bool = True
+    relay_retry_base_seconds: float = 5.0
+    relay_max_attempts: int = 10
+    push_stream_maxlen: int = 10_000
+    push_group: str = "mesh-push"
+    sse_keepalive_seconds: float = 15.0
+    # An idle SSE connection re-checks Postgres this often, so an event whose
+    # Redis copy was lost (Redis restart) still arrives without a newer one.
+    sse_recheck_seconds: float = 30.0
+    longpoll_max_wait_seconds: float = 30.0
+    inbox_page_max: int = 500
+
+    # --- operations ---------------------------------------------------------
+    heartbeat_ttl_seconds: int = 90
+    task_timeout_seconds: int = 24 * 3600
+    outbox_retention_days: int = 7
+    outbox_retention_batch: int = 5000
+    ratelimit_rate: float = 50.0
+    ratelimit_burst: int = 100
+    # Per-route overrides: {"POST /v1/mesh/tasks": [rate, burst], ...}
+    ratelimit_routes: dict[str, tuple[float, int]] = Field(default_factory=dict)
+    ratelimit_enabled: bool = True
+    sentry_dsn: str | None = None
+    sentry_environment: str = "development"
+    metrics_port: int | None = None
+    log_level: str = "INFO"
+
+    @cached_property
+    def bus_kind(self) -> Literal["kafka", "redis"]:
+        if self.bus == "auto":
+            return "kafka" if self.kafka_bootstrap else "redis"
+        return self.bus
+
+
+def load_settings(**overrides: object) -> Settings:
+    return Settings(**overrides)  # type: ignore[arg-type]

