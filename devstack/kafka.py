@@ -7,12 +7,12 @@ The broker's shell scripts only wrap two Java main classes, so we resolve
 
 from __future__ import annotations
 
+import base64
 import os
 import shutil
 import subprocess
 import tempfile
 import uuid
-import base64
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -80,7 +80,8 @@ def ensure_jars(cache: Path = JARS_CACHE) -> Path:
 
 
 def _cluster_id() -> str:
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    # Kafka wants 16 bytes in URL-safe base64; a leading '-' would read as an option.
+    return "A" + base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")[1:]
 
 
 class Kafka(ServiceProcess):
