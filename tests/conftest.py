@@ -21,6 +21,7 @@ import redis.asyncio as aioredis
 from app.migrate import ensure_database, migrate
 from app.settings import Settings
 from devstack.stack import Ports, Stack
+from tests.support.meshapi import MeshFactory
 
 
 @pytest.fixture(scope="session")
@@ -86,3 +87,20 @@ async def redis_client(migrated: Settings) -> AsyncIterator[aioredis.Redis]:
 def uniq() -> str:
     """A short unique token for names, so tests never collide on shared state."""
     return uuid.uuid4().hex[:8]
+
+
+# --- the gateway under test ------------------------------------------------------
+
+@pytest.fixture(scope="session")
+async def gateway(migrated: Settings) -> AsyncIterator[str]:
+    """A real gateway (uvicorn, real sockets) on a free port; yields its base URL."""
+    from tests.support.servers import serve_app
+
+    async with serve_app(migrated) as url:
+        yield url
+
+
+@pytest.fixture
+async def mesh(gateway: str) -> AsyncIterator[MeshFactory]:
+    async with MeshFactory.connect(gateway) as factory:
+        yield factory

@@ -1,0 +1,1 @@
+"""HTTP functions: parse → call a service → shape the response."""

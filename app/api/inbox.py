@@ -1,0 +1,38 @@
+"""Agent side: the inbox read from Postgres (long-poll) and its ack cursor."""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from app.api.deps import agent, body, doc, float_query, int_query, json, state
+from app.schemas import AckBody
+from app.services import inbox
+
+
+@doc("Inbox events after a seq (default: your acked cursor); waits up to `wait` seconds "
+     "for the next one", auth="agent", tag="inbox")
+async def read(request: Request) -> Response:
+    me = await agent(request)
+    s = state(request)
+    after = int_query(request, "after", default=None, minimum=0)
+    limit = int_query(request, "limit", default=100, minimum=1, maximum=s.settings.inbox_page_max)
+    wait = float_query(request, "wait", default=0.0, minimum=0.0,
+                       maximum=s.settings.longpoll_max_wait_seconds)
+    assert limit is not None
+    return json(await inbox.read(s.pool, s.hub, me, after=after, limit=limit, wait=wait))
+
+
+@doc("Acknowledge processing up to seq (monotone; never moves back)", body=AckBody,
+     auth="agent", tag="inbox")
+async def ack(request: Request) -> Response:
+    me = await agent(request)
+    data = await body(request, AckBody)
+    return json(await inbox.ack(state(request).pool, me, data.seq))
+
+
+routes = [
+    Route("/v1/mesh/inbox", read, methods=["GET"]),
+    Route("/v1/mesh/inbox/ack", ack, methods=["POST"]),
+]

@@ -1,0 +1,193 @@
+"""Owner side: agents, API keys, groups, friendships on behalf of own agents."""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from app.api.deps import body, doc, json, owner, state
+from app.schemas import AgentCreate, AgentPatch, FriendRequestCreate, GroupCreate, GroupMemberAdd
+from app.services import accounts, social
+from app.services.principals import Agent
+from app.store import agents as agents_store
+
+
+@doc("Create an agent; its agent_id is {name}@{username}", body=AgentCreate, auth="owner",
+     status=201, tag="owners")
+async def create_agent(request: Request) -> Response:
+    me = await owner(request)
+    data = await body(request, AgentCreate)
+    return json(await accounts.create_agent(state(request).pool, me, data), 201)
+
+
+@doc("List your agents (including your virtual-user agent)", auth="owner", tag="owners")
+async def list_agents(request: Request) -> Response:
+    me = await owner(request)
+    rows = await agents_store.list_owned(state(request).pool, me.user_id)
+    return json({"agents": [agents_store.to_json(r) for r in rows]})
+
+
+@doc("Get one of your agents", auth="owner", tag="owners")
+async def get_agent(request: Request) -> Response:
+    me = await owner(request)
+    row = await accounts.owned_agent(state(request).pool, me, request.path_params["agent_id"])
+    return json(agents_store.to_json(row))
+
+
+@doc("Change an agent's display name, description or skills", body=AgentPatch, auth="owner",
+     tag="owners")
+async def patch_agent(request: Request) -> Response:
+    me = await owner(request)
+    data = await body(request, AgentPatch)
+    return json(await accounts.patch_agent(state(request).pool, me,
+                                           request.path_params["agent_id"], data))
+
+
+@doc("Delete an agent; its keys and tokens stop working at once", auth="owner", status=204,
+     tag="owners")
+async def delete_agent(request: Request) -> Response:
+    me = await owner(request)
+    await accounts.delete_agent(state(request).pool, me, request.path_params["agent_id"])
+    return Response(status_code=204)
+
+
+@doc("Create an API key for an agent; the key is shown only in this response", auth="owner",
+     status=201, tag="owners")
+async def create_key(request: Request) -> Response:
+    me = await owner(request)
+    return json(await accounts.create_key(state(request).pool, me,
+                                          request.path_params["agent_id"]), 201)
+
+
+@doc("List an agent's API keys (ids and dates, never the keys)", auth="owner", tag="owners")
+async def list_keys(request: Request) -> Response:
+    me = await owner(request)
+    keys = await accounts.list_keys(state(request).pool, me, request.path_params["agent_id"])
+    return json({"keys": keys})
+
+
+@doc("Revoke an API key; tokens issued from it stop working at once", auth="owner", status=204,
+     tag="owners")
+async def revoke_key(request: Request) -> Response:
+    me = await owner(request)
+    await accounts.revoke_key(state(request).pool, me, request.path_params["agent_id"],
+                              request.path_params["key_id"])
+    return Response(status_code=204)
+
+
+async def _acting_agent(request: Request) -> Agent:
+    me = await owner(request)
+    row = await accounts.owned_agent(state(request).pool, me, request.path_params["agent_id"])
+    return Agent(row["agent_id"], me.user_id, row["kind"])
+
+
+@doc("List an agent's friends and pending requests, on its behalf", auth="owner", tag="owners")
+async def agent_friends(request: Request) -> Response:
+    acting = await _acting_agent(request)
+    return json(await social.list_friends(state(request).pool, acting))
+
+
+@doc("Send a friend request on behalf of one of your agents", body=FriendRequestCreate,
+     auth="owner", status=201, tag="owners")
+async def agent_friend_request(request: Request) -> Response:
+    acting = await _acting_agent(request)
+    data = await body(request, FriendRequestCreate)
+    s = state(request)
+    result, created = await social.request_friend(s.pool, s.settings, acting, data.to_agent_id,
+                                                  data.note)
+    return json(result, 201 if created else 200)
+
+
+@doc("Accept a friend request on behalf of one of your agents", auth="owner", tag="owners")
+async def agent_friend_accept(request: Request) -> Response:
+    acting = await _acting_agent(request)
+    s = state(request)
+    return json(await social.accept_friend(s.pool, s.settings, acting,
+                                           request.path_params["request_id"]))
+
+
+@doc("Reject a friend request on behalf of one of your agents", auth="owner", tag="owners")
+async def agent_friend_reject(request: Request) -> Response:
+    acting = await _acting_agent(request)
+    return json(await social.reject_friend(state(request).pool, acting,
+                                           request.path_params["request_id"]))
+
+
+@doc("Remove a friend on behalf of one of your agents", auth="owner", status=204, tag="owners")
+async def agent_friend_remove(request: Request) -> Response:
+    acting = await _acting_agent(request)
+    await social.remove_friend(state(request).pool, acting, request.path_params["friend_id"])
+    return Response(status_code=204)
+
+
+@doc("Create a group", body=GroupCreate, auth="owner", status=201, tag="groups")
+async def create_group(request: Request) -> Response:
+    me = await owner(request)
+    data = await body(request, GroupCreate)
+    return json(await social.create_group(state(request).pool, me, data.group_id, data.name), 201)
+
+
+@doc("List the groups you own", auth="owner", tag="groups")
+async def list_groups(request: Request) -> Response:
+    me = await owner(request)
+    return json({"groups": await social.owner_groups(state(request).pool, me)})
+
+
+@doc("Get a group you own with its members", auth="owner", tag="groups")
+async def get_group(request: Request) -> Response:
+    me = await owner(request)
+    return json(await social.owner_group(state(request).pool, me, request.path_params["group_id"]))
+
+
+@doc("Delete a group you own", auth="owner", status=204, tag="groups")
+async def delete_group(request: Request) -> Response:
+    me = await owner(request)
+    await social.delete_group(state(request).pool, me, request.path_params["group_id"])
+    return Response(status_code=204)
+
+
+@doc("Add an agent to a group (yours, or another owner's that is a friend of one of yours)",
+     body=GroupMemberAdd, auth="owner", status=201, tag="groups")
+async def add_member(request: Request) -> Response:
+    me = await owner(request)
+    data = await body(request, GroupMemberAdd)
+    s = state(request)
+    result, created = await social.add_member(s.pool, s.settings, me,
+                                              request.path_params["group_id"], data.agent_id,
+                                              data.role)
+    return json(result, 201 if created else 200)
+
+
+@doc("Remove an agent from a group", auth="owner", status=204, tag="groups")
+async def remove_member(request: Request) -> Response:
+    me = await owner(request)
+    s = state(request)
+    await social.remove_member(s.pool, s.settings, me, request.path_params["group_id"],
+                               request.path_params["agent_id"])
+    return Response(status_code=204)
+
+
+routes = [
+    Route("/v1/agents", create_agent, methods=["POST"]),
+    Route("/v1/agents", list_agents, methods=["GET"]),
+    Route("/v1/agents/{agent_id}", get_agent, methods=["GET"]),
+    Route("/v1/agents/{agent_id}", patch_agent, methods=["PATCH"]),
+    Route("/v1/agents/{agent_id}", delete_agent, methods=["DELETE"]),
+    Route("/v1/agents/{agent_id}/keys", create_key, methods=["POST"]),
+    Route("/v1/agents/{agent_id}/keys", list_keys, methods=["GET"]),
+    Route("/v1/agents/{agent_id}/keys/{key_id}", revoke_key, methods=["DELETE"]),
+    Route("/v1/agents/{agent_id}/friends", agent_friends, methods=["GET"]),
+    Route("/v1/agents/{agent_id}/friends/requests", agent_friend_request, methods=["POST"]),
+    Route("/v1/agents/{agent_id}/friends/requests/{request_id}/accept", agent_friend_accept,
+          methods=["POST"]),
+    Route("/v1/agents/{agent_id}/friends/requests/{request_id}/reject", agent_friend_reject,
+          methods=["POST"]),
+    Route("/v1/agents/{agent_id}/friends/{friend_id}", agent_friend_remove, methods=["DELETE"]),
+    Route("/v1/groups", create_group, methods=["POST"]),
+    Route("/v1/groups", list_groups, methods=["GET"]),
+    Route("/v1/groups/{group_id}", get_group, methods=["GET"]),
+    Route("/v1/groups/{group_id}", delete_group, methods=["DELETE"]),
+    Route("/v1/groups/{group_id}/members", add_member, methods=["POST"]),
+    Route("/v1/groups/{group_id}/members/{agent_id}", remove_member, methods=["DELETE"]),
+]

@@ -1,0 +1,91 @@
+"""Agent side: tasks, their messages, transitions and artifacts."""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from app.api.deps import agent, body, doc, int_query, json, state
+from app.domain.task_states import STATES
+from app.errors import Problem
+from app.ids import is_valid_id
+from app.schemas import ArtifactIn, MessageIn, StatusChange, TaskCreate
+from app.services import tasks
+
+
+@doc("Create a task for a friend or group peer, with its first message", body=TaskCreate,
+     auth="agent", status=201, tag="tasks")
+async def create_task(request: Request) -> Response:
+    me = await agent(request)
+    data = await body(request, TaskCreate)
+    s = state(request)
+    result, created = await tasks.create_task(s.pool, s.settings, me, data)
+    return json(result, 201 if created else 200)
+
+
+@doc("A task you take part in, with its messages (and their receipts) and artifacts",
+     auth="agent", tag="tasks")
+async def get_task(request: Request) -> Response:
+    me = await agent(request)
+    return json(await tasks.get_task(state(request).pool, me, request.path_params["task_id"]))
+
+
+@doc("Tasks you take part in, newest first; filter by state and context_id", auth="agent",
+     tag="tasks")
+async def list_tasks(request: Request) -> Response:
+    me = await agent(request)
+    q = request.query_params
+    task_state = q.get("state") or None
+    if task_state is not None and task_state not in STATES:
+        raise Problem(422, f"unknown state '{task_state}'; one of {', '.join(sorted(STATES))}")
+    context_id = q.get("context_id") or None
+    if context_id is not None and not is_valid_id(context_id):
+        raise Problem(422, "context_id is not a valid id")
+    limit = int_query(request, "limit", default=50, minimum=1, maximum=200)
+    assert limit is not None
+    return json(await tasks.list_tasks(state(request).pool, me, state=task_state,
+                                       context_id=context_id, cursor=q.get("cursor") or None,
+                                       limit=limit))
+
+
+@doc("Add a message to a task (idempotent by message_id)", body=MessageIn, auth="agent",
+     status=201, tag="tasks")
+async def add_message(request: Request) -> Response:
+    me = await agent(request)
+    data = await body(request, MessageIn)
+    s = state(request)
+    result, created = await tasks.append_message(s.pool, s.settings, me,
+                                                 request.path_params["task_id"], data)
+    return json(result, 201 if created else 200)
+
+
+@doc("Move a task to another state (compare-and-set; an illegal move is 409)",
+     body=StatusChange, auth="agent", tag="tasks")
+async def set_status(request: Request) -> Response:
+    me = await agent(request)
+    data = await body(request, StatusChange)
+    s = state(request)
+    return json(await tasks.change_status(s.pool, s.settings, me,
+                                          request.path_params["task_id"], data))
+
+
+@doc("Attach an artifact to a task (serving agent only; idempotent by artifact_id)",
+     body=ArtifactIn, auth="agent", status=201, tag="tasks")
+async def add_artifact(request: Request) -> Response:
+    me = await agent(request)
+    data = await body(request, ArtifactIn)
+    s = state(request)
+    result, created = await tasks.add_artifact(s.pool, s.settings, me,
+                                               request.path_params["task_id"], data)
+    return json(result, 201 if created else 200)
+
+
+routes = [
+    Route("/v1/mesh/tasks", create_task, methods=["POST"]),
+    Route("/v1/mesh/tasks", list_tasks, methods=["GET"]),
+    Route("/v1/mesh/tasks/{task_id}", get_task, methods=["GET"]),
+    Route("/v1/mesh/tasks/{task_id}/messages", add_message, methods=["POST"]),
+    Route("/v1/mesh/tasks/{task_id}/status", set_status, methods=["POST"]),
+    Route("/v1/mesh/tasks/{task_id}/artifacts", add_artifact, methods=["POST"]),
+]

@@ -1,0 +1,1 @@
+"""Domain rules as plain functions, shared by the HTTP layer, workers and cron."""

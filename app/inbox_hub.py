@@ -1,0 +1,127 @@
+"""Wake-ups for waiting inbox readers (SSE streams and long-polls).
+
+The push worker PUBLISHes ``"{agent_id} {seq}"`` on one Redis channel after it
+writes an event to the agent's stream. Each web process holds ONE subscriber
+connection and wakes its local waiters for that agent — so thousands of idle
+streams cost one Redis connection, not one each, and a long-poll wakes within
+milliseconds instead of polling the database.
+
+A notification is only a hint: readers always re-read their source. When the
+subscription breaks (Redis restart) every waiter is woken once after
+reconnecting, since notifications may have been missed meanwhile.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import defaultdict
+from collections.abc import AsyncIterator
+
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError
+
+log = logging.getLogger("mesh.hub")
+
+CHANNEL = "mesh:inbox-notify"
+
+
+def notification(agent_id: str, seq: int) -> str:
+    return f"{agent_id} {seq}"
+
+
+class Waiter:
+    """One reader's wake-up flag; set by the hub, cleared by the reader."""
+
+    __slots__ = ("_event", "agent_id")
+
+    def __init__(self, agent_id: str) -> None:
+        self.agent_id = agent_id
+        self._event = asyncio.Event()
+
+    def wake(self) -> None:
+        self._event.set()
+
+    async def wait(self, timeout: float) -> bool:
+        """True when woken, False on timeout. Clears the flag either way."""
+        try:
+            await asyncio.wait_for(self._event.wait(), timeout)
+            return True
+        except TimeoutError:
+            return False
+        finally:
+            self._event.clear()
+
+
+class InboxHub:
+    def __init__(self, redis_url: str) -> None:
+        self._redis_url = redis_url
+        self._waiters: dict[str, set[Waiter]] = defaultdict(set)
+        self._task: asyncio.Task[None] | None = None
+        self.connected = asyncio.Event()
+
+    async def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="inbox-hub")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    @contextlib.asynccontextmanager
+    async def watch(self, agent_id: str) -> AsyncIterator[Waiter]:
+        """Register before reading the source, so no event slips between the
+        read and the wait."""
+        waiter = Waiter(agent_id)
+        self._waiters[agent_id].add(waiter)
+        try:
+            yield waiter
+        finally:
+            waiters = self._waiters.get(agent_id)
+            if waiters is not None:
+                waiters.discard(waiter)
+                if not waiters:
+                    del self._waiters[agent_id]
+
+    def watching(self) -> int:
+        return sum(len(w) for w in self._waiters.values())
+
+    def _wake(self, agent_id: str) -> None:
+        for waiter in self._waiters.get(agent_id, ()):
+            waiter.wake()
+
+    def _wake_all(self) -> None:
+        for waiters in self._waiters.values():
+            for waiter in waiters:
+                waiter.wake()
+
+    async def _run(self) -> None:
+        backoff = 0.1
+        while True:
+            client = aioredis.from_url(self._redis_url, health_check_interval=10)
+            pubsub = client.pubsub(ignore_subscribe_messages=True)
+            try:
+                await pubsub.subscribe(CHANNEL)
+                self.connected.set()
+                self._wake_all()
+                backoff = 0.1
+                async for message in pubsub.listen():
+                    if message.get("type") != "message":
+                        continue
+                    data = message["data"]
+                    text = data.decode() if isinstance(data, bytes) else str(data)
+                    self._wake(text.split(" ", 1)[0])
+            except asyncio.CancelledError:
+                raise
+            except (RedisError, OSError) as exc:
+                log.warning("inbox hub lost Redis (%s); reconnecting in %.1fs", exc, backoff)
+            finally:
+                self.connected.clear()
+                with contextlib.suppress(Exception):
+                    await pubsub.aclose()
+                    await client.aclose()
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, 5.0)

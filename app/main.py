@@ -1,0 +1,105 @@
+"""The gateway's ASGI application: ``uvicorn app.main:create_app --factory``."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import redis.asyncio as aioredis
+from pydantic import ValidationError
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.middleware.body_limit import RequestBodyLimitMiddleware
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
+from starlette.routing import BaseRoute, Route
+
+from app import db, openapi
+from app.api import auth, inbox, mesh, owners, tasks
+from app.api.deps import State, state
+from app.errors import Problem, handle_http, handle_problem, handle_unexpected, handle_validation
+from app.inbox_hub import InboxHub
+from app.middleware import ProblemBodyLimit, RequestMetrics
+from app.settings import Settings, load_settings
+
+log = logging.getLogger("mesh.app")
+
+VERSION = "0.1.0"
+
+
+async def healthz(request: Request) -> Response:
+    return JSONResponse({"status": "ok"})
+
+
+async def readyz(request: Request) -> Response:
+    from app import health
+
+    s = state(request)
+    status, body = await health.readiness(s.pool, s.redis, s.settings)
+    return JSONResponse(body, status_code=status)
+
+
+async def metrics(request: Request) -> Response:
+    from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+    return PlainTextResponse(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+
+
+def api_routes() -> list[BaseRoute]:
+    return [*auth.routes, *owners.routes, *mesh.routes, *tasks.routes, *inbox.routes]
+
+
+def create_app(settings: Settings | None = None) -> Starlette:
+    settings = settings or load_settings()
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        pool = await db.create_pool(settings)
+        redis = aioredis.from_url(settings.redis_url)
+        hub = InboxHub(settings.redis_url)
+        await hub.start()
+        app.state.mesh = State(settings=settings, pool=pool, redis=redis, hub=hub)
+        try:
+            yield
+        finally:
+            await hub.stop()
+            await redis.aclose()
+            await pool.close()
+
+    routes = api_routes()
+    spec: dict[str, Any] = openapi.build(routes, title="Agent Mesh", version=VERSION)
+    page = openapi.render_html(spec)
+
+    async def openapi_json(request: Request) -> Response:
+        return JSONResponse(spec)
+
+    async def docs(request: Request) -> Response:
+        return HTMLResponse(page)
+
+    routes += [
+        Route("/healthz", healthz, methods=["GET"]),
+        Route("/readyz", readyz, methods=["GET"]),
+        Route("/metrics", metrics, methods=["GET"]),
+        Route("/openapi.json", openapi_json, methods=["GET"]),
+        Route("/docs", docs, methods=["GET"]),
+    ]
+    app = Starlette(
+        routes=routes,
+        middleware=[
+            Middleware(RequestMetrics),
+            Middleware(ProblemBodyLimit, max_body_size=settings.max_body_bytes),
+            Middleware(RequestBodyLimitMiddleware, max_body_size=settings.max_body_bytes),
+        ],
+        exception_handlers={
+            Problem: handle_problem,
+            ValidationError: handle_validation,
+            HTTPException: handle_http,
+            Exception: handle_unexpected,
+        },
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    return app

@@ -1,0 +1,47 @@
+"""Every Prometheus metric of DESIGN §5, defined once; processes import from here."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+OUTBOX_PENDING = Gauge(
+    "agent_mesh_outbox_pending_total",
+    "Outbox rows waiting to be relayed to the bus (status pending).",
+)
+OUTBOX_DISPATCH = Counter(
+    "agent_mesh_outbox_dispatch",
+    "Outbox rows handled by the relay, by result (sent, retry, failed).",
+    ["result"],
+)
+CONSUMER_LAG = Gauge(
+    "agent_mesh_consumer_lag",
+    "Inbox events an agent has not acked yet (inbox_seq - acked_seq).",
+    ["agent_id"],
+)
+E2E_LATENCY = Histogram(
+    "agent_mesh_message_e2e_latency_seconds",
+    "From the commit of an inbox event to its hand-over to a stream or poll client.",
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
+)
+DEDUP_HITS = Counter(
+    "agent_mesh_dedup_hit",
+    "Duplicates suppressed: idempotent retries, events the push worker had already written.",
+    ["where"],
+)
+TASK_TIMEOUTS = Counter(
+    "agent_mesh_task_timeout",
+    "Tasks failed by the activity timeout.",
+)
+HTTP_REQUESTS = Counter(
+    "agent_mesh_http_requests",
+    "HTTP requests by route template and status code.",
+    ["route", "status"],
+)
+RATELIMIT_REJECTED = Counter(
+    "agent_mesh_ratelimit_rejected",
+    "Requests refused with 429 by the per-agent token bucket.",
+)
+DEAD_LETTERS = Gauge(
+    "agent_mesh_outbox_failed_total",
+    "Outbox rows in the dead letter (status failed).",
+)

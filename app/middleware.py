@@ -1,0 +1,76 @@
+"""ASGI middleware: request metrics, and problem+json for Starlette's 413."""
+
+from __future__ import annotations
+
+import json
+
+from starlette.routing import BaseRoute
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from app.errors import PROBLEM_JSON
+from app.metrics import HTTP_REQUESTS
+
+
+class RequestMetrics:
+    """Counts requests by route *template* (not raw path: agent ids would
+    explode the label set) and status."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        status = 500
+
+        async def send_wrapper(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_wrapper)
+        finally:
+            route = scope.get("route")
+            template = route.path if isinstance(route, BaseRoute) and hasattr(route, "path") \
+                else "unmatched"
+            HTTP_REQUESTS.labels(route=f"{scope['method']} {template}", status=str(status)).inc()
+
+
+class ProblemBodyLimit:
+    """Starlette's own body limit answers 413 in plain text; clients of this API
+    expect problem+json everywhere, so its 413 is re-worded here (the limiting
+    itself stays Starlette's)."""
+
+    def __init__(self, app: ASGIApp, max_body_size: int) -> None:
+        self.app = app
+        self.max_body_size = max_body_size
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        rewriting = False
+
+        async def send_wrapper(message: Message) -> None:
+            nonlocal rewriting
+            if message["type"] == "http.response.start" and message["status"] == 413:
+                headers = dict(message.get("headers", []))
+                if headers.get(b"content-type", b"").startswith(b"text/plain"):
+                    rewriting = True
+                    body = json.dumps({
+                        "type": "about:blank", "title": "Content Too Large", "status": 413,
+                        "detail": f"request body exceeds the limit of {self.max_body_size} bytes",
+                        "limit_bytes": self.max_body_size}).encode()
+                    await send({"type": "http.response.start", "status": 413, "headers": [
+                        (b"content-type", PROBLEM_JSON.encode()),
+                        (b"content-length", str(len(body)).encode())]})
+                    await send({"type": "http.response.body", "body": body})
+                    return
+            if rewriting:
+                return
+            await send(message)
+
+        await self.app(scope, receive, send_wrapper)

@@ -1,0 +1,169 @@
+"""Request bodies, validated with pydantic. Shapes follow DESIGN §3–§4 (A2A parts)."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    field_validator,
+    model_validator,
+)
+
+from app.ids import ID_PATTERN, NAME_PATTERN, USERNAME_PATTERN
+
+Id = Annotated[str, StringConstraints(pattern=ID_PATTERN)]
+AgentId = Annotated[str, StringConstraints(pattern=ID_PATTERN, max_length=80)]
+Metadata = dict[str, Any] | None
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+# --- parts ------------------------------------------------------------------
+
+class TextPart(Strict):
+    kind: Literal["text"]
+    text: str
+    metadata: Metadata = None
+
+
+class DataPart(Strict):
+    kind: Literal["data"]
+    data: dict[str, Any]
+    metadata: Metadata = None
+
+
+class FileContent(Strict):
+    name: str | None = None
+    mime_type: str | None = None
+    bytes: str | None = None
+    uri: str | None = None
+
+    @model_validator(mode="after")
+    def one_source(self) -> FileContent:
+        if (self.bytes is None) == (self.uri is None):
+            raise ValueError("a file needs exactly one of 'bytes' (base64) or 'uri'")
+        if self.bytes is not None:
+            try:
+                base64.b64decode(self.bytes, validate=True)
+            except (binascii.Error, ValueError) as exc:
+                raise ValueError("file 'bytes' must be base64") from exc
+        return self
+
+
+class FilePart(Strict):
+    kind: Literal["file"]
+    file: FileContent
+    metadata: Metadata = None
+
+
+Part = Annotated[TextPart | DataPart | FilePart, Field(discriminator="kind")]
+Parts = Annotated[list[Part], Field(min_length=1, max_length=100)]
+
+
+def dump_parts(parts: list[TextPart | DataPart | FilePart]) -> list[dict[str, Any]]:
+    return [p.model_dump(exclude_none=True) for p in parts]
+
+
+# --- owner side ---------------------------------------------------------------
+
+class Credentials(Strict):
+    username: Annotated[str, StringConstraints(pattern=USERNAME_PATTERN)]
+    password: Annotated[str, StringConstraints(min_length=8, max_length=256)]
+
+
+class LoginBody(Strict):
+    username: Annotated[str, StringConstraints(min_length=1, max_length=64)]
+    password: Annotated[str, StringConstraints(min_length=1, max_length=256)]
+
+
+class Skill(BaseModel):
+    """A2A AgentSkill: id and name required, the rest optional."""
+    model_config = ConfigDict(extra="allow")
+    id: Annotated[str, StringConstraints(min_length=1, max_length=128)]
+    name: Annotated[str, StringConstraints(min_length=1, max_length=256)]
+    description: str | None = None
+    tags: list[str] | None = None
+    examples: list[str] | None = None
+
+
+class AgentCreate(Strict):
+    name: Annotated[str, StringConstraints(pattern=NAME_PATTERN)]
+    display_name: Annotated[str, StringConstraints(max_length=200)] | None = None
+    description: Annotated[str, StringConstraints(max_length=4000)] | None = None
+    skills: Annotated[list[Skill], Field(max_length=100)] | None = None
+
+
+class AgentPatch(Strict):
+    display_name: Annotated[str, StringConstraints(max_length=200)] | None = None
+    description: Annotated[str, StringConstraints(max_length=4000)] | None = None
+    skills: Annotated[list[Skill], Field(max_length=100)] | None = None
+
+
+class GroupCreate(Strict):
+    group_id: Id
+    name: Annotated[str, StringConstraints(min_length=1, max_length=200)]
+
+
+class GroupMemberAdd(Strict):
+    agent_id: AgentId
+    role: Literal["owner", "admin", "member"] = "member"
+
+
+class ApiKeyBody(Strict):
+    api_key: Annotated[str, StringConstraints(min_length=1, max_length=200)]
+
+
+# --- agent side ---------------------------------------------------------------
+
+class FriendRequestCreate(Strict):
+    to_agent_id: AgentId
+    note: Annotated[str, StringConstraints(max_length=1000)] | None = None
+
+
+class MessageIn(Strict):
+    message_id: Id | None = None
+    parts: Parts
+    metadata: Metadata = None
+
+
+class TaskCreate(Strict):
+    to_agent_id: AgentId
+    message: MessageIn
+    task_id: Id | None = None
+    context_id: Id | None = None
+
+
+TaskState = Literal["submitted", "working", "input-required", "auth-required",
+                    "completed", "failed", "canceled", "rejected"]
+
+
+class StatusChange(Strict):
+    state: TaskState
+    message: MessageIn | None = None
+
+
+class ArtifactIn(Strict):
+    artifact_id: Id | None = None
+    name: Annotated[str, StringConstraints(max_length=200)] | None = None
+    description: Annotated[str, StringConstraints(max_length=4000)] | None = None
+    parts: Parts
+    metadata: Metadata = None
+
+
+class AckBody(Strict):
+    seq: Annotated[int, Field(ge=0)]
+
+    @field_validator("seq", mode="before")
+    @classmethod
+    def no_bool(cls, value: Any) -> Any:
+        if isinstance(value, bool):
+            raise ValueError("seq must be an integer")
+        return value

@@ -1,0 +1,151 @@
+"""Owners, their agents and API keys; turning credentials into principals."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import asyncpg
+
+from app import ids, security
+from app.errors import Problem, conflict, forbidden, not_found, unauthorized
+from app.schemas import AgentCreate, AgentPatch
+from app.services.principals import Agent, Owner
+from app.settings import Settings
+from app.store import agents as agents_store
+from app.store import keys as keys_store
+from app.store import users as users_store
+
+
+async def register(pool: asyncpg.Pool, settings: Settings, username: str,
+                   password: str) -> dict[str, Any]:
+    if not settings.registration_enabled:
+        raise forbidden("registration is disabled on this mesh; ask its operator for an account")
+    password_hash = security.hash_password(password)
+    async with pool.acquire() as conn, conn.transaction():
+        user = await users_store.create(conn, username, password_hash,
+                                        username in settings.admin_usernames)
+        if user is None:
+            raise conflict(f"username '{username}' is taken")
+        human = await agents_store.create(
+            conn, agent_id=ids.agent_id_of(ids.VIRTUAL_USER_NAME, username),
+            owner_id=user["user_id"], name=ids.VIRTUAL_USER_NAME, display_name=username,
+            description=f"{username}, the human owner", skills=[], kind="virtual-user")
+        assert human is not None
+    return {"username": username, "is_admin": user["is_admin"],
+            "virtual_agent_id": human["agent_id"], "created_at": user["created_at"].isoformat()}
+
+
+async def login(pool: asyncpg.Pool, settings: Settings, username: str,
+                password: str) -> dict[str, Any]:
+    user = await users_store.by_username(pool, username)
+    if not security.verify_password(user["password_hash"] if user else None, password):
+        raise unauthorized("wrong username or password")
+    assert user is not None
+    token, ttl = security.issue_token(settings, "owner", str(user["user_id"]))
+    return {"access_token": token, "token_type": "bearer", "expires_in": ttl}
+
+
+async def exchange_api_key(pool: asyncpg.Pool, settings: Settings, api_key: str) -> dict[str, Any]:
+    key_id = security.parse_api_key(api_key)
+    row = await keys_store.for_exchange(pool, key_id) if key_id else None
+    if row is None or not security.api_key_matches(api_key, row["key_hash"]):
+        raise unauthorized("unknown or revoked API key")
+    token, ttl = security.issue_token(settings, "agent", row["agent_id"], key_id=row["key_id"])
+    return {"access_token": token, "token_type": "bearer", "expires_in": ttl,
+            "agent_id": row["agent_id"]}
+
+
+async def resolve(pool: asyncpg.Pool, settings: Settings, token: str) -> Owner | Agent:
+    """Validate a bearer token and check, every time, that what it names still
+    exists and is not revoked — so revocation takes effect at once."""
+    try:
+        claims = security.decode_token(settings, token)
+    except security.TokenError as exc:
+        raise unauthorized(str(exc)) from exc
+    if claims["typ"] == "owner":
+        user = await users_store.by_id(pool, int(claims["sub"]))
+        if user is None:
+            raise unauthorized("the account behind this token no longer exists")
+        return Owner(user["user_id"], user["username"], user["is_admin"])
+    if claims["typ"] == "agent" and "kid" in claims:
+        row = await keys_store.live_agent(pool, claims["kid"], claims["sub"])
+        if row is None:
+            raise unauthorized("the API key behind this token was revoked or its agent deleted; "
+                               "get a new key from the agent's owner")
+        return Agent(row["agent_id"], row["owner_id"], row["kind"], claims["kid"])
+    raise unauthorized("token of an unknown kind")
+
+
+async def virtual_user_of(pool: asyncpg.Pool, owner: Owner) -> Agent:
+    agent_id = ids.agent_id_of(ids.VIRTUAL_USER_NAME, owner.username)
+    row = await agents_store.get(pool, agent_id)
+    if row is None:  # only if someone deleted it by hand
+        raise Problem(500, f"the virtual-user agent '{agent_id}' is missing")
+    return Agent(agent_id, owner.user_id, "virtual-user")
+
+
+# --- agents --------------------------------------------------------------------------
+
+async def create_agent(pool: asyncpg.Pool, owner: Owner, body: AgentCreate) -> dict[str, Any]:
+    if body.name == ids.VIRTUAL_USER_NAME:
+        raise conflict(f"the name '{ids.VIRTUAL_USER_NAME}' is reserved for your "
+                       "virtual-user agent")
+    agent_id = ids.agent_id_of(body.name, owner.username)
+    row = await agents_store.create(
+        pool, agent_id=agent_id, owner_id=owner.user_id, name=body.name,
+        display_name=body.display_name or body.name, description=body.description or "",
+        skills=[s.model_dump(exclude_none=True) for s in body.skills or []])
+    if row is None:
+        raise conflict(f"you already have an agent named '{body.name}' ({agent_id})")
+    return agents_store.to_json(row)
+
+
+async def owned_agent(pool: asyncpg.Pool | asyncpg.Connection, owner: Owner,
+                      agent_id: str) -> asyncpg.Record:
+    row = await agents_store.get_owned(pool, agent_id, owner.user_id)
+    if row is None:
+        raise not_found(f"no agent '{agent_id}' owned by you")
+    return row
+
+
+async def patch_agent(pool: asyncpg.Pool, owner: Owner, agent_id: str,
+                      body: AgentPatch) -> dict[str, Any]:
+    changes = body.model_dump(exclude_unset=True)
+    if "skills" in changes:
+        changes["skills"] = [s.model_dump(exclude_none=True) for s in body.skills or []]
+    changes = {k: v for k, v in changes.items() if v is not None}
+    if not changes:
+        return agents_store.to_json(await owned_agent(pool, owner, agent_id))
+    row = await agents_store.patch(pool, agent_id, owner.user_id, changes)
+    if row is None:
+        raise not_found(f"no agent '{agent_id}' owned by you")
+    return agents_store.to_json(row)
+
+
+async def delete_agent(pool: asyncpg.Pool, owner: Owner, agent_id: str) -> None:
+    row = await owned_agent(pool, owner, agent_id)
+    if row["kind"] == "virtual-user":
+        raise conflict("the virtual-user agent stands for you and cannot be deleted")
+    await agents_store.delete(pool, agent_id, owner.user_id)
+
+
+async def create_key(pool: asyncpg.Pool, owner: Owner, agent_id: str) -> dict[str, Any]:
+    await owned_agent(pool, owner, agent_id)
+    key = security.new_api_key()
+    row = await keys_store.create(pool, key.key_id, agent_id, key.key_hash)
+    return {"key_id": key.key_id, "api_key": key.api_key, "agent_id": agent_id,
+            "created_at": row["created_at"].isoformat()}
+
+
+async def list_keys(pool: asyncpg.Pool, owner: Owner, agent_id: str) -> list[dict[str, Any]]:
+    await owned_agent(pool, owner, agent_id)
+    return [{"key_id": r["key_id"], "created_at": r["created_at"].isoformat(),
+             "revoked_at": r["revoked_at"].isoformat() if r["revoked_at"] else None,
+             "last_used_at": r["last_used_at"].isoformat() if r["last_used_at"] else None}
+            for r in await keys_store.list_for_agent(pool, agent_id)]
+
+
+async def revoke_key(pool: asyncpg.Pool, owner: Owner, agent_id: str, key_id: str) -> None:
+    await owned_agent(pool, owner, agent_id)
+    if not await keys_store.revoke(pool, agent_id, key_id):
+        raise not_found(f"no key '{key_id}' on agent '{agent_id}'")

@@ -1,0 +1,75 @@
+"""Reading the inbox from Postgres (long-poll) and acknowledging it."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import asyncpg
+
+from app.errors import not_found
+from app.inbox_hub import InboxHub
+from app.metrics import E2E_LATENCY
+from app.services.principals import Agent
+from app.store import agents as agents_store
+from app.store import inbox as inbox_store
+
+
+async def start_cursor(pool: asyncpg.Pool, agent_id: str) -> int:
+    row = await inbox_store.cursor(pool, agent_id)
+    if row is None:
+        raise not_found(f"unknown agent '{agent_id}'")
+    return int(row["acked_seq"])
+
+
+async def record_delivery(pool: asyncpg.Pool, agent_id: str, events: list[dict[str, Any]]) -> None:
+    """Receipts and the e2e latency histogram, once per event (first hand-over)."""
+    if not events:
+        return
+    for latency in await inbox_store.mark_delivered(pool, agent_id, events[0]["seq"],
+                                                    events[-1]["seq"]):
+        E2E_LATENCY.observe(max(latency, 0.0))
+
+
+async def read(pool: asyncpg.Pool, hub: InboxHub | None, me: Agent, *, after: int | None,
+               limit: int, wait: float) -> dict[str, Any]:
+    if after is None:
+        after = await start_cursor(pool, me.agent_id)
+    events = await inbox_store.after(pool, me.agent_id, after, limit)
+    if not events and wait > 0:
+        events = await _wait_for_events(pool, hub, me.agent_id, after, limit, wait)
+    await record_delivery(pool, me.agent_id, events)
+    return {"events": events, "next_after": events[-1]["seq"] if events else after}
+
+
+async def _wait_for_events(pool: asyncpg.Pool, hub: InboxHub | None, agent_id: str, after: int,
+                           limit: int, wait: float) -> list[dict[str, Any]]:
+    deadline = time.monotonic() + wait
+    if hub is None:  # no Redis: degrade to a slow re-check rather than fail
+        while time.monotonic() < deadline:
+            await asyncio.sleep(min(1.0, max(deadline - time.monotonic(), 0)))
+            events = await inbox_store.after(pool, agent_id, after, limit)
+            if events:
+                return events
+        return []
+    async with hub.watch(agent_id) as waiter:
+        # Re-check after registering: an event committed between the first read and
+        # the registration would otherwise wait for the next one.
+        events = await inbox_store.after(pool, agent_id, after, limit)
+        while not events:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            # Also re-read every few seconds: a lost notification (Redis restart,
+            # push worker down) delays an answer, it never loses it.
+            await waiter.wait(min(remaining, 5.0))
+            events = await inbox_store.after(pool, agent_id, after, limit)
+    return events
+
+
+async def ack(pool: asyncpg.Pool, me: Agent, seq: int) -> dict[str, Any]:
+    row = await agents_store.ack(pool, me.agent_id, seq)
+    if row is None:
+        raise not_found(f"unknown agent '{me.agent_id}'")
+    return {"acked_seq": row["acked_seq"], "inbox_seq": row["inbox_seq"]}

@@ -1,0 +1,21 @@
+"""Who is calling: an owner (human account) or an agent."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Owner:
+    user_id: int
+    username: str
+    is_admin: bool
+
+
+@dataclass(frozen=True)
+class Agent:
+    agent_id: str
+    owner_id: int
+    kind: str
+    # None when an owner's login token acts as its virtual-user agent.
+    key_id: str | None = None

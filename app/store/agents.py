@@ -1,0 +1,108 @@
+"""Agents: profile, presence, inbox counters."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import asyncpg
+
+Conn = asyncpg.Connection | asyncpg.Pool
+
+COLUMNS = ("agent_id, owner_id, name, display_name, description, skills, kind, status, "
+           "last_heartbeat_at, inbox_seq, acked_seq, created_at, updated_at")
+
+
+async def create(conn: Conn, *, agent_id: str, owner_id: int, name: str, display_name: str,
+                 description: str, skills: list[dict[str, Any]], kind: str = "normal",
+                 ) -> asyncpg.Record | None:
+    return await conn.fetchrow(
+        f"INSERT INTO agents (agent_id, owner_id, name, display_name, description, skills, kind) "
+        f"VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (agent_id) DO NOTHING RETURNING {COLUMNS}",
+        agent_id, owner_id, name, display_name, description, skills, kind,
+    )
+
+
+async def get(conn: Conn, agent_id: str) -> asyncpg.Record | None:
+    return await conn.fetchrow(f"SELECT {COLUMNS} FROM agents WHERE agent_id = $1", agent_id)
+
+
+async def get_owned(conn: Conn, agent_id: str, owner_id: int) -> asyncpg.Record | None:
+    return await conn.fetchrow(
+        f"SELECT {COLUMNS} FROM agents WHERE agent_id = $1 AND owner_id = $2", agent_id, owner_id)
+
+
+async def list_owned(conn: Conn, owner_id: int) -> list[asyncpg.Record]:
+    return await conn.fetch(
+        f"SELECT {COLUMNS} FROM agents WHERE owner_id = $1 ORDER BY kind DESC, agent_id", owner_id)
+
+
+async def patch(conn: Conn, agent_id: str, owner_id: int, changes: dict[str, Any]) -> asyncpg.Record | None:
+    allowed = {"display_name", "description", "skills"}
+    sets, args = [], [agent_id, owner_id]
+    for column, value in changes.items():
+        assert column in allowed
+        args.append(value)
+        sets.append(f"{column} = ${len(args)}")
+    sets.append("updated_at = now()")
+    return await conn.fetchrow(
+        f"UPDATE agents SET {', '.join(sets)} WHERE agent_id = $1 AND owner_id = $2 RETURNING {COLUMNS}",
+        *args,
+    )
+
+
+async def delete(conn: Conn, agent_id: str, owner_id: int) -> bool:
+    result = await conn.execute(
+        "DELETE FROM agents WHERE agent_id = $1 AND owner_id = $2 AND kind = 'normal'",
+        agent_id, owner_id)
+    return result.endswith(" 1")
+
+
+async def heartbeat(conn: Conn, agent_id: str) -> asyncpg.Record | None:
+    # A draining agent stays draining: only its own DELETE /online → heartbeat
+    # cycle is not a way back; it must come back explicitly (see docs/api.md).
+    return await conn.fetchrow(
+        "UPDATE agents SET last_heartbeat_at = now(), "
+        "status = CASE WHEN status = 'draining' THEN 'draining' ELSE 'active' END "
+        "WHERE agent_id = $1 RETURNING status, last_heartbeat_at", agent_id)
+
+
+async def set_draining(conn: Conn, agent_id: str) -> asyncpg.Record | None:
+    return await conn.fetchrow(
+        "UPDATE agents SET status = 'draining' WHERE agent_id = $1 "
+        "RETURNING status, last_heartbeat_at", agent_id)
+
+
+async def set_active(conn: Conn, agent_id: str) -> asyncpg.Record | None:
+    return await conn.fetchrow(
+        "UPDATE agents SET status = 'active', last_heartbeat_at = now() WHERE agent_id = $1 "
+        "RETURNING status, last_heartbeat_at", agent_id)
+
+
+async def ack(conn: Conn, agent_id: str, seq: int) -> asyncpg.Record | None:
+    """Move the acked cursor forward only; never past inbox_seq, never back."""
+    return await conn.fetchrow(
+        "UPDATE agents SET acked_seq = GREATEST(acked_seq, LEAST($2::bigint, inbox_seq)) "
+        "WHERE agent_id = $1 RETURNING acked_seq, inbox_seq", agent_id, seq)
+
+
+def to_json(row: asyncpg.Record, *, private: bool = True) -> dict[str, Any]:
+    """The public shape of an agent; ``private`` adds owner-only fields."""
+    out: dict[str, Any] = {
+        "agent_id": row["agent_id"],
+        "name": row["name"],
+        "display_name": row["display_name"],
+        "description": row["description"],
+        "skills": row["skills"] if not isinstance(row["skills"], str) else json.loads(row["skills"]),
+        "kind": row["kind"],
+        "status": row["status"],
+        "last_heartbeat_at": _iso(row["last_heartbeat_at"]),
+    }
+    if private:
+        out.update(inbox_seq=row["inbox_seq"], acked_seq=row["acked_seq"],
+                   created_at=_iso(row["created_at"]), updated_at=_iso(row["updated_at"]))
+    return out
+
+
+def _iso(value: Any) -> str | None:
+    return value.isoformat() if value is not None else None

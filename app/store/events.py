@@ -1,0 +1,108 @@
+"""The transactional write's tail: per-recipient seq, inbox rows, outbox rows.
+
+One statement does it all, inside the caller's transaction: it locks the
+recipients' counter rows in agent_id order (so two writes reaching the same
+agents can never deadlock), bumps each counter by one, inserts the inbox
+events with those seqs, copies each into the outbox for the relay, and
+NOTIFYs the relay — the notification is delivered only if the transaction
+commits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import asyncpg
+
+from app.ids import new_event_id
+
+WAKEUP_CHANNEL = "mesh_outbox"
+
+
+@dataclass(frozen=True)
+class NewEvent:
+    agent_id: str
+    type: str
+    payload: dict[str, Any]
+    task_id: str | None = None
+    context_id: str | None = None
+    from_agent_id: str | None = None
+    event_id: str = field(default_factory=new_event_id)
+
+
+_APPEND_SQL = f"""
+WITH req AS (
+    SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[],
+                         $6::text[], $7::jsonb[])
+        AS r(agent_id, event_id, type, task_id, context_id, from_agent_id, payload)
+), locked AS (
+    SELECT a.agent_id FROM agents a WHERE a.agent_id IN (SELECT agent_id FROM req)
+    ORDER BY a.agent_id FOR UPDATE
+), bumped AS (
+    UPDATE agents a SET inbox_seq = a.inbox_seq + 1 FROM locked l
+    WHERE a.agent_id = l.agent_id RETURNING a.agent_id, a.inbox_seq
+), ins AS (
+    INSERT INTO inbox_events (agent_id, seq, event_id, type, task_id, context_id,
+                              from_agent_id, payload)
+    SELECT r.agent_id, b.inbox_seq, r.event_id, r.type, r.task_id, r.context_id,
+           r.from_agent_id, r.payload
+    FROM req r JOIN bumped b USING (agent_id)
+    RETURNING *
+), out AS (
+    INSERT INTO outbox_events (topic, key, payload)
+    SELECT $8, i.agent_id, jsonb_build_object(
+        'seq', i.seq, 'event_id', i.event_id, 'type', i.type, 'task_id', i.task_id,
+        'context_id', i.context_id, 'from_agent_id', i.from_agent_id,
+        'created_at', i.created_at, 'payload', i.payload)
+    FROM ins i ORDER BY i.agent_id
+    RETURNING id
+)
+SELECT i.agent_id, i.seq, i.event_id, i.type, i.task_id, i.context_id, i.from_agent_id,
+       i.created_at, i.payload, (SELECT count(*) FROM out) AS outboxed,
+       pg_notify('{WAKEUP_CHANNEL}', '')
+FROM ins i
+"""
+
+
+class RecipientMissing(Exception):
+    """An event named an agent that does not exist (deleted concurrently)."""
+
+
+async def append(conn: asyncpg.Connection, events: Sequence[NewEvent], *,
+                 topic: str, skip_missing: bool = False) -> list[dict[str, Any]]:
+    """Write ``events`` (at most one per recipient) and return them with their seq.
+
+    An event for an agent that no longer exists raises :class:`RecipientMissing`
+    (the caller's transaction then rolls back), or is dropped with ``skip_missing``
+    (system notices such as timeouts, where the other side may be gone)."""
+    if not events:
+        return []
+    recipients = [e.agent_id for e in events]
+    if len(set(recipients)) != len(recipients):
+        raise ValueError("one event per recipient per write: seq is bumped once per agent")
+    rows = await conn.fetch(
+        _APPEND_SQL,
+        recipients, [e.event_id for e in events], [e.type for e in events],
+        [e.task_id for e in events], [e.context_id for e in events],
+        [e.from_agent_id for e in events], [e.payload for e in events], topic,
+    )
+    if len(rows) != len(events) and not skip_missing:
+        raise RecipientMissing(sorted(set(recipients) - {r["agent_id"] for r in rows}))
+    return [event_json(r) for r in rows]
+
+
+def event_json(row: asyncpg.Record | dict[str, Any]) -> dict[str, Any]:
+    """The wire shape of an inbox event (DESIGN §4)."""
+    created = row["created_at"]
+    return {
+        "seq": row["seq"],
+        "event_id": row["event_id"],
+        "type": row["type"],
+        "task_id": row["task_id"],
+        "context_id": row["context_id"],
+        "from_agent_id": row["from_agent_id"],
+        "created_at": created.isoformat() if hasattr(created, "isoformat") else created,
+        "payload": row["payload"],
+    }

@@ -1,0 +1,50 @@
+"""Reading an agent's inbox from Postgres (the source of truth)."""
+
+from __future__ import annotations
+
+import asyncpg
+
+from app.store.events import event_json
+
+Conn = asyncpg.Connection | asyncpg.Pool
+
+_SELECT = ("SELECT seq, event_id, type, task_id, context_id, from_agent_id, created_at, payload, "
+           "delivered_at FROM inbox_events ")
+
+
+async def after(conn: Conn, agent_id: str, after_seq: int, limit: int,
+                upto: int | None = None) -> list[dict]:
+    """Events with seq in (after_seq, upto], oldest first."""
+    if upto is None:
+        rows = await conn.fetch(
+            _SELECT + "WHERE agent_id = $1 AND seq > $2 ORDER BY seq LIMIT $3",
+            agent_id, after_seq, limit)
+    else:
+        rows = await conn.fetch(
+            _SELECT + "WHERE agent_id = $1 AND seq > $2 AND seq <= $3 ORDER BY seq LIMIT $4",
+            agent_id, after_seq, upto, limit)
+    return [event_json(r) for r in rows]
+
+
+async def mark_delivered(conn: Conn, agent_id: str, first_seq: int, last_seq: int) -> list[float]:
+    """Record the first hand-over to a client; returns the commit→now latency (s)
+    of the events delivered for the first time, for the e2e histogram."""
+    rows = await conn.fetch(
+        "UPDATE inbox_events SET delivered_at = clock_timestamp() "
+        "WHERE agent_id = $1 AND seq BETWEEN $2 AND $3 AND delivered_at IS NULL "
+        "RETURNING EXTRACT(EPOCH FROM (delivered_at - created_at))::float8 AS latency",
+        agent_id, first_seq, last_seq)
+    return [r["latency"] for r in rows]
+
+
+async def cursor(conn: Conn, agent_id: str) -> asyncpg.Record | None:
+    return await conn.fetchrow(
+        "SELECT inbox_seq, acked_seq FROM agents WHERE agent_id = $1", agent_id)
+
+
+async def receipts(conn: Conn, agent_id: str, seqs: list[int]) -> dict[int, asyncpg.Record]:
+    rows = await conn.fetch(
+        "SELECT e.seq, e.delivered_at, (e.seq <= a.acked_seq) AS acked FROM inbox_events e "
+        "JOIN agents a ON a.agent_id = e.agent_id WHERE e.agent_id = $1 AND e.seq = ANY($2::bigint[])",
+        agent_id, seqs)
+    return {r["seq"]: r for r in rows}

@@ -1,0 +1,44 @@
+"""API keys: only a hash is stored; revocation is checked on every request."""
+
+from __future__ import annotations
+
+import asyncpg
+
+Conn = asyncpg.Connection | asyncpg.Pool
+
+
+async def create(conn: Conn, key_id: str, agent_id: str, key_hash: str) -> asyncpg.Record:
+    row = await conn.fetchrow(
+        "INSERT INTO api_keys (key_id, agent_id, key_hash) VALUES ($1, $2, $3) "
+        "RETURNING key_id, agent_id, created_at", key_id, agent_id, key_hash)
+    assert row is not None
+    return row
+
+
+async def list_for_agent(conn: Conn, agent_id: str) -> list[asyncpg.Record]:
+    return await conn.fetch(
+        "SELECT key_id, created_at, revoked_at, last_used_at FROM api_keys "
+        "WHERE agent_id = $1 ORDER BY created_at", agent_id)
+
+
+async def revoke(conn: Conn, agent_id: str, key_id: str) -> bool:
+    result = await conn.execute(
+        "UPDATE api_keys SET revoked_at = COALESCE(revoked_at, now()) "
+        "WHERE key_id = $1 AND agent_id = $2", key_id, agent_id)
+    return result.endswith(" 1")
+
+
+async def for_exchange(conn: Conn, key_id: str) -> asyncpg.Record | None:
+    """The key and its agent, for POST /v1/auth/token; marks the key used."""
+    return await conn.fetchrow(
+        "UPDATE api_keys k SET last_used_at = now() FROM agents a "
+        "WHERE k.key_id = $1 AND k.agent_id = a.agent_id AND k.revoked_at IS NULL "
+        "RETURNING k.key_id, k.key_hash, a.agent_id, a.owner_id, a.kind", key_id)
+
+
+async def live_agent(conn: Conn, key_id: str, agent_id: str) -> asyncpg.Record | None:
+    """The agent behind a token's key, or None when the key was revoked or the
+    agent deleted since the token was issued."""
+    return await conn.fetchrow(
+        "SELECT a.agent_id, a.owner_id, a.kind FROM api_keys k JOIN agents a USING (agent_id) "
+        "WHERE k.key_id = $1 AND k.agent_id = $2 AND k.revoked_at IS NULL", key_id, agent_id)

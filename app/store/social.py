@@ -1,0 +1,178 @@
+"""Friendships and groups — the permission boundary."""
+
+from __future__ import annotations
+
+import asyncpg
+
+from app.domain.permissions import Relationship
+
+Conn = asyncpg.Connection | asyncpg.Pool
+
+
+def pair(a: str, b: str) -> tuple[str, str]:
+    return (a, b) if a < b else (b, a)
+
+
+async def relationship(conn: Conn, a: str, b: str) -> Relationship:
+    x, y = pair(a, b)
+    row = await conn.fetchrow(
+        """
+        SELECT
+          EXISTS (SELECT 1 FROM friendships WHERE agent_a = $1 AND agent_b = $2
+                  AND status = 'accepted') AS friends,
+          EXISTS (SELECT 1 FROM group_members m1 JOIN group_members m2 USING (group_id)
+                  WHERE m1.agent_id = $1 AND m2.agent_id = $2) AS shares_group,
+          (SELECT count(DISTINCT owner_id) = 1 FROM agents WHERE agent_id IN ($1, $2)) AS same_owner,
+          EXISTS (SELECT 1 FROM agents WHERE agent_id IN ($1, $2) AND kind = 'virtual-user')
+            AS either_virtual_user
+        """, x, y)
+    assert row is not None
+    return Relationship(friends=row["friends"], shares_group=row["shares_group"],
+                        same_owner=row["same_owner"], either_virtual_user=row["either_virtual_user"])
+
+
+# --- friendships -------------------------------------------------------------
+
+async def get_friendship(conn: Conn, a: str, b: str) -> asyncpg.Record | None:
+    x, y = pair(a, b)
+    return await conn.fetchrow(
+        "SELECT * FROM friendships WHERE agent_a = $1 AND agent_b = $2 FOR UPDATE", x, y)
+
+
+async def create_request(conn: Conn, request_id: str, requester: str, target: str,
+                         note: str) -> asyncpg.Record | None:
+    x, y = pair(requester, target)
+    return await conn.fetchrow(
+        "INSERT INTO friendships (request_id, agent_a, agent_b, requester, note, status) "
+        "VALUES ($1, $2, $3, $4, $5, 'pending') ON CONFLICT DO NOTHING RETURNING *",
+        request_id, x, y, requester, note)
+
+
+async def request_by_id(conn: Conn, request_id: str) -> asyncpg.Record | None:
+    return await conn.fetchrow(
+        "SELECT * FROM friendships WHERE request_id = $1 FOR UPDATE", request_id)
+
+
+async def accept(conn: Conn, request_id: str) -> asyncpg.Record | None:
+    return await conn.fetchrow(
+        "UPDATE friendships SET status = 'accepted', accepted_at = now() "
+        "WHERE request_id = $1 AND status = 'pending' RETURNING *", request_id)
+
+
+async def delete_request(conn: Conn, request_id: str) -> bool:
+    result = await conn.execute("DELETE FROM friendships WHERE request_id = $1", request_id)
+    return result.endswith(" 1")
+
+
+async def delete_friendship(conn: Conn, a: str, b: str) -> bool:
+    x, y = pair(a, b)
+    result = await conn.execute(
+        "DELETE FROM friendships WHERE agent_a = $1 AND agent_b = $2 AND status = 'accepted'", x, y)
+    return result.endswith(" 1")
+
+
+async def friends_of(conn: Conn, agent_id: str) -> list[asyncpg.Record]:
+    return await conn.fetch(
+        """
+        SELECT CASE WHEN f.agent_a = $1 THEN f.agent_b ELSE f.agent_a END AS agent_id,
+               f.accepted_at AS since, a.display_name, a.status, a.kind
+        FROM friendships f
+        JOIN agents a ON a.agent_id = CASE WHEN f.agent_a = $1 THEN f.agent_b ELSE f.agent_a END
+        WHERE (f.agent_a = $1 OR f.agent_b = $1) AND f.status = 'accepted'
+        ORDER BY 1
+        """, agent_id)
+
+
+async def requests_of(conn: Conn, agent_id: str) -> list[asyncpg.Record]:
+    return await conn.fetch(
+        "SELECT request_id, requester, CASE WHEN agent_a = requester THEN agent_b ELSE agent_a END "
+        "AS target, note, created_at FROM friendships "
+        "WHERE (agent_a = $1 OR agent_b = $1) AND status = 'pending' ORDER BY created_at", agent_id)
+
+
+async def implicit_friends(conn: Conn, agent_id: str) -> list[asyncpg.Record]:
+    """The owner's virtual user for a normal agent, or all the owner's agents for
+    the virtual user: friends without a friendship row."""
+    return await conn.fetch(
+        """
+        SELECT o.agent_id, NULL::timestamptz AS since, o.display_name, o.status, o.kind
+        FROM agents me JOIN agents o ON o.owner_id = me.owner_id AND o.agent_id <> me.agent_id
+        WHERE me.agent_id = $1 AND (me.kind = 'virtual-user' OR o.kind = 'virtual-user')
+        ORDER BY 1
+        """, agent_id)
+
+
+# --- groups ---------------------------------------------------------------------
+
+async def create_group(conn: Conn, group_id: str, name: str, owner_id: int) -> asyncpg.Record | None:
+    return await conn.fetchrow(
+        "INSERT INTO groups (group_id, name, owner_id) VALUES ($1, $2, $3) "
+        "ON CONFLICT DO NOTHING RETURNING *", group_id, name, owner_id)
+
+
+async def get_group(conn: Conn, group_id: str) -> asyncpg.Record | None:
+    return await conn.fetchrow("SELECT * FROM groups WHERE group_id = $1", group_id)
+
+
+async def groups_owned(conn: Conn, owner_id: int) -> list[asyncpg.Record]:
+    return await conn.fetch(
+        "SELECT g.*, (SELECT count(*) FROM group_members m WHERE m.group_id = g.group_id) "
+        "AS member_count FROM groups g WHERE owner_id = $1 ORDER BY group_id", owner_id)
+
+
+async def delete_group(conn: Conn, group_id: str, owner_id: int) -> bool:
+    result = await conn.execute(
+        "DELETE FROM groups WHERE group_id = $1 AND owner_id = $2", group_id, owner_id)
+    return result.endswith(" 1")
+
+
+async def add_member(conn: Conn, group_id: str, agent_id: str, role: str) -> asyncpg.Record:
+    row = await conn.fetchrow(
+        "INSERT INTO group_members (group_id, agent_id, role) VALUES ($1, $2, $3) "
+        "ON CONFLICT (group_id, agent_id) DO UPDATE SET role = EXCLUDED.role "
+        "RETURNING *, (xmax = 0) AS inserted", group_id, agent_id, role)
+    assert row is not None
+    return row
+
+
+async def remove_member(conn: Conn, group_id: str, agent_id: str) -> bool:
+    result = await conn.execute(
+        "DELETE FROM group_members WHERE group_id = $1 AND agent_id = $2", group_id, agent_id)
+    return result.endswith(" 1")
+
+
+async def is_member(conn: Conn, group_id: str, agent_id: str) -> bool:
+    return bool(await conn.fetchval(
+        "SELECT EXISTS (SELECT 1 FROM group_members WHERE group_id = $1 AND agent_id = $2)",
+        group_id, agent_id))
+
+
+async def groups_of(conn: Conn, agent_id: str) -> list[asyncpg.Record]:
+    return await conn.fetch(
+        "SELECT g.group_id, g.name, m.role, m.joined_at, "
+        "(SELECT count(*) FROM group_members x WHERE x.group_id = g.group_id) AS member_count "
+        "FROM group_members m JOIN groups g USING (group_id) WHERE m.agent_id = $1 "
+        "ORDER BY g.group_id", agent_id)
+
+
+async def roster(conn: Conn, group_id: str) -> list[asyncpg.Record]:
+    return await conn.fetch(
+        "SELECT m.agent_id, m.role, m.joined_at, a.display_name, a.description, a.status, "
+        "a.last_heartbeat_at, a.kind FROM group_members m JOIN agents a USING (agent_id) "
+        "WHERE m.group_id = $1 ORDER BY m.agent_id", group_id)
+
+
+async def member_ids(conn: Conn, group_id: str) -> list[str]:
+    rows = await conn.fetch("SELECT agent_id FROM group_members WHERE group_id = $1", group_id)
+    return [r["agent_id"] for r in rows]
+
+
+async def owner_friend_of(conn: Conn, owner_id: int, agent_id: str) -> bool:
+    """True when some agent of ``owner_id`` is an accepted friend of ``agent_id``."""
+    return bool(await conn.fetchval(
+        """
+        SELECT EXISTS (
+          SELECT 1 FROM friendships f JOIN agents a
+            ON a.agent_id = CASE WHEN f.agent_a = $2 THEN f.agent_b ELSE f.agent_a END
+          WHERE (f.agent_a = $2 OR f.agent_b = $2) AND f.status = 'accepted' AND a.owner_id = $1)
+        """, owner_id, agent_id))

@@ -1,0 +1,127 @@
+"""Tasks, their messages and artifacts."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import asyncpg
+
+Conn = asyncpg.Connection | asyncpg.Pool
+
+TASK_COLUMNS = ("task_id, context_id, initiator, serving_agent, state, status_message, "
+                "created_at, updated_at")
+MESSAGE_COLUMNS = ("message_id, task_id, context_id, sender, recipient, role, parts, metadata, "
+                   "content_hash, inbox_seq, created_at")
+
+
+async def insert_task(conn: Conn, *, task_id: str, context_id: str, initiator: str,
+                      serving_agent: str) -> asyncpg.Record | None:
+    """None when the task_id exists already."""
+    return await conn.fetchrow(
+        f"INSERT INTO tasks (task_id, context_id, initiator, serving_agent, state) "
+        f"VALUES ($1, $2, $3, $4, 'submitted') ON CONFLICT (task_id) DO NOTHING "
+        f"RETURNING {TASK_COLUMNS}", task_id, context_id, initiator, serving_agent)
+
+
+async def get(conn: Conn, task_id: str, *, for_update: bool = False) -> asyncpg.Record | None:
+    lock = " FOR UPDATE" if for_update else ""
+    return await conn.fetchrow(f"SELECT {TASK_COLUMNS} FROM tasks WHERE task_id = $1{lock}", task_id)
+
+
+async def touch(conn: Conn, task_id: str) -> None:
+    await conn.execute("UPDATE tasks SET updated_at = now() WHERE task_id = $1", task_id)
+
+
+async def compare_and_set_state(conn: Conn, task_id: str, expected: str, new: str,
+                                status_message: dict[str, Any] | None) -> asyncpg.Record | None:
+    """The transition itself: applied only if the state is still ``expected``."""
+    return await conn.fetchrow(
+        f"UPDATE tasks SET state = $3, status_message = $4, updated_at = now() "
+        f"WHERE task_id = $1 AND state = $2 RETURNING {TASK_COLUMNS}",
+        task_id, expected, new, status_message)
+
+
+async def insert_message(conn: Conn, *, message_id: str, task_id: str, context_id: str,
+                         sender: str, recipient: str, role: str, parts: list[dict[str, Any]],
+                         metadata: dict[str, Any] | None, content_hash: str) -> asyncpg.Record | None:
+    """None when message_id exists already (the caller decides: retry or conflict)."""
+    return await conn.fetchrow(
+        f"INSERT INTO task_messages (message_id, task_id, context_id, sender, recipient, role, "
+        f"parts, metadata, content_hash) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) "
+        f"ON CONFLICT (message_id) DO NOTHING RETURNING {MESSAGE_COLUMNS}",
+        message_id, task_id, context_id, sender, recipient, role, parts, metadata, content_hash)
+
+
+async def set_message_seq(conn: Conn, message_id: str, seq: int) -> None:
+    await conn.execute("UPDATE task_messages SET inbox_seq = $2 WHERE message_id = $1",
+                       message_id, seq)
+
+
+async def get_message(conn: Conn, message_id: str) -> asyncpg.Record | None:
+    return await conn.fetchrow(
+        f"SELECT {MESSAGE_COLUMNS} FROM task_messages WHERE message_id = $1", message_id)
+
+
+async def messages(conn: Conn, task_id: str) -> list[asyncpg.Record]:
+    return await conn.fetch(
+        f"SELECT {MESSAGE_COLUMNS} FROM task_messages WHERE task_id = $1 "
+        f"ORDER BY created_at, message_id", task_id)
+
+
+async def insert_artifact(conn: Conn, *, task_id: str, artifact_id: str, name: str | None,
+                          description: str | None, parts: list[dict[str, Any]],
+                          metadata: dict[str, Any] | None, content_hash: str,
+                          created_by: str) -> asyncpg.Record | None:
+    return await conn.fetchrow(
+        "INSERT INTO task_artifacts (task_id, artifact_id, name, description, parts, metadata, "
+        "content_hash, created_by) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) "
+        "ON CONFLICT (task_id, artifact_id) DO NOTHING RETURNING *",
+        task_id, artifact_id, name, description, parts, metadata, content_hash, created_by)
+
+
+async def get_artifact(conn: Conn, task_id: str, artifact_id: str) -> asyncpg.Record | None:
+    return await conn.fetchrow(
+        "SELECT * FROM task_artifacts WHERE task_id = $1 AND artifact_id = $2", task_id, artifact_id)
+
+
+async def artifacts(conn: Conn, task_id: str) -> list[asyncpg.Record]:
+    return await conn.fetch(
+        "SELECT * FROM task_artifacts WHERE task_id = $1 ORDER BY created_at, artifact_id", task_id)
+
+
+async def list_for_agent(conn: Conn, agent_id: str, *, state: str | None, context_id: str | None,
+                         before: tuple[datetime, str] | None, limit: int) -> list[asyncpg.Record]:
+    """Tasks the agent takes part in, newest first, keyset-paginated."""
+    args: list[Any] = [agent_id]
+    where = ["(initiator = $1 OR serving_agent = $1)"]
+    if state is not None:
+        args.append(state)
+        where.append(f"state = ${len(args)}")
+    if context_id is not None:
+        args.append(context_id)
+        where.append(f"context_id = ${len(args)}")
+    if before is not None:
+        args.extend(before)
+        where.append(f"(created_at, task_id) < (${len(args) - 1}, ${len(args)})")
+    args.append(limit)
+    return await conn.fetch(
+        f"SELECT {TASK_COLUMNS} FROM tasks WHERE {' AND '.join(where)} "
+        f"ORDER BY created_at DESC, task_id DESC LIMIT ${len(args)}", *args)
+
+
+async def context_messages(conn: Conn, context_id: str, agent_ids: list[str],
+                           limit: int) -> list[asyncpg.Record]:
+    """A context's timeline, restricted to tasks one of ``agent_ids`` takes part in."""
+    return await conn.fetch(
+        f"SELECT m.{MESSAGE_COLUMNS.replace(', ', ', m.')}, t.state AS task_state "
+        f"FROM task_messages m JOIN tasks t USING (task_id) "
+        f"WHERE m.context_id = $1 AND (t.initiator = ANY($2::text[]) OR t.serving_agent = ANY($2::text[])) "
+        f"ORDER BY m.created_at, m.message_id LIMIT $3", context_id, agent_ids, limit)
+
+
+async def idle_open_tasks(conn: Conn, older_than: datetime, limit: int) -> list[asyncpg.Record]:
+    return await conn.fetch(
+        f"SELECT {TASK_COLUMNS} FROM tasks WHERE state IN ('submitted', 'working', "
+        f"'input-required', 'auth-required') AND updated_at < $1 ORDER BY updated_at LIMIT $2",
+        older_than, limit)

@@ -1,0 +1,32 @@
+"""Run the real ASGI app on a real socket inside the test's event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
+import uvicorn
+
+from app.main import create_app
+from app.settings import Settings
+from devstack.process import free_port
+
+
+@contextlib.asynccontextmanager
+async def serve_app(settings: Settings) -> AsyncIterator[str]:
+    port = free_port()
+    config = uvicorn.Config(create_app(settings), host="127.0.0.1", port=port,
+                            log_level="warning", lifespan="on", access_log=False)
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve())
+    while not server.started:
+        if task.done():
+            task.result()
+            raise RuntimeError("gateway did not start")
+        await asyncio.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        await task
