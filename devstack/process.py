@@ -48,7 +48,7 @@ class ServiceProcess:
         if port_open(self.port):
             raise RuntimeError(f"{self.name}: port {self.port} is already in use")
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child
+        log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
             list(self.command()), stdout=log, stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL, start_new_session=True, **self.popen_kwargs(),  # type: ignore[arg-type]

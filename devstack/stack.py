@@ -52,7 +52,19 @@ class Stack:
         return [s for s in (self.postgres, self.redis, self.kafka) if s is not None]
 
     def start(self) -> dict[str, str]:
-        """Start what the environment does not provide; return the MESH_* URLs."""
+        """Start what the environment does not provide; return the MESH_* URLs.
+
+        If one service fails to start (or the caller is interrupted), the ones
+        already running are stopped before the error propagates: callers that
+        never reach their own ``stop()`` leave nothing behind.
+        """
+        try:
+            return self._start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start(self) -> dict[str, str]:
         self.root.mkdir(parents=True, exist_ok=True)
         urls: dict[str, str] = {}
         if self.env.get("MESH_DATABASE_URL"):
