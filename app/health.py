@@ -121,7 +121,7 @@ async def check_bus(settings: Settings, redis: aioredis.Redis | None = None,
     return status
 
 
-async def readiness(settings: Settings, pool: asyncpg.Pool, redis: aioredis.Redis,
+async def readiness(pool: asyncpg.Pool, redis: aioredis.Redis, settings: Settings,
                     max_wait: float = DEFAULT_TIMEOUT) -> tuple[int, dict[str, Any]]:
     """(200 | 503, {"status", "checks": {"postgres", "redis", "bus"}}) for /readyz."""
     postgres, redis_status, bus = await asyncio.gather(

@@ -13,8 +13,9 @@ If Redis cannot be reached the limiter fails OPEN (see
 ``docs/decisions/003-rate-limiting.md``): the request is allowed and a warning
 is logged at most once every few seconds.
 
-The HTTP layer calls :func:`enforce` (or :meth:`RateLimiter.hit` and then
-:func:`too_many_requests`) and returns its 429 response as is.
+The HTTP layer calls :func:`enforce` from middleware (it returns the 429
+response to send) or :func:`require` from a handler dependency (it raises the
+429 as an ``app.errors.Problem``).
 """
 
 from __future__ import annotations
@@ -27,8 +28,9 @@ from dataclasses import dataclass
 
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 
+from app.errors import Problem, problem_response
 from app.metrics import RATELIMIT_REJECTED
 from app.settings import Settings
 
@@ -175,20 +177,22 @@ def ratelimit_headers(decision: Decision) -> dict[str, str]:
     return headers
 
 
-def too_many_requests(decision: Decision, *, instance: str | None = None) -> Response:
-    """The 429 ``application/problem+json`` response for a refused request."""
-    body: dict[str, object] = {
-        "type": "about:blank",
-        "title": "Too Many Requests",
-        "status": 429,
-        "detail": (f"rate limit of {decision.rate:g} requests/s (burst {decision.limit}) "
-                   f"exceeded; retry after {decision.retry_after:.3f} s"),
-        "retry_after": decision.retry_after,
-    }
+def too_many_requests_problem(decision: Decision, *, instance: str | None = None) -> Problem:
+    """The 429 as a :class:`~app.errors.Problem`: raise it from a handler or dependency."""
+    extra: dict[str, object] = {"retry_after": decision.retry_after}
     if instance is not None:
-        body["instance"] = instance
-    return JSONResponse(body, status_code=429, headers=ratelimit_headers(decision),
-                        media_type="application/problem+json")
+        extra["instance"] = instance
+    return Problem(
+        429,
+        f"rate limit of {decision.rate:g} requests/s (burst {decision.limit}) exceeded; "
+        f"retry after {decision.retry_after:.3f} s",
+        headers=ratelimit_headers(decision), **extra,
+    )
+
+
+def too_many_requests(decision: Decision, *, instance: str | None = None) -> Response:
+    """The 429 ``application/problem+json`` response, for middleware that answers directly."""
+    return problem_response(too_many_requests_problem(decision, instance=instance))
 
 
 async def enforce(limiter: RateLimiter, agent_id: str, method: str, path_template: str,
@@ -201,3 +205,12 @@ async def enforce(limiter: RateLimiter, agent_id: str, method: str, path_templat
     if decision.allowed:
         return None
     return too_many_requests(decision, instance=instance)
+
+
+async def require(limiter: RateLimiter, agent_id: str, method: str, path_template: str,
+                  *, instance: str | None = None) -> Decision:
+    """For a handler dependency: the decision if allowed, else raises the 429 Problem."""
+    decision = await limiter.hit(agent_id, route_key(method, path_template))
+    if not decision.allowed:
+        raise too_many_requests_problem(decision, instance=instance)
+    return decision
