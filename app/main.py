@@ -18,7 +18,7 @@ from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, R
 from starlette.routing import BaseRoute, Route
 
 from app import db, openapi
-from app.api import auth, inbox, mesh, owners, tasks
+from app.api import auth, inbox, mesh, owners, sse, tasks
 from app.api.deps import State, state
 from app.errors import Problem, handle_http, handle_problem, handle_unexpected, handle_validation
 from app.inbox_hub import InboxHub
@@ -49,7 +49,7 @@ async def metrics(request: Request) -> Response:
 
 
 def api_routes() -> list[BaseRoute]:
-    return [*auth.routes, *owners.routes, *mesh.routes, *tasks.routes, *inbox.routes]
+    return [*auth.routes, *owners.routes, *mesh.routes, *tasks.routes, *inbox.routes, *sse.routes]
 
 
 def create_app(settings: Settings | None = None) -> Starlette:

@@ -6,7 +6,6 @@ below this module reads the environment.
 
 from __future__ import annotations
 
-from functools import cached_property
 from typing import Literal
 
 from pydantic import Field
@@ -69,7 +68,7 @@ class Settings(BaseSettings):
     metrics_port: int | None = None
     log_level: str = "INFO"
 
-    @cached_property
+    @property
     def bus_kind(self) -> Literal["kafka", "redis"]:
         if self.bus == "auto":
             return "kafka" if self.kafka_bootstrap else "redis"

@@ -22,6 +22,7 @@ from app.migrate import ensure_database, migrate
 from app.settings import Settings
 from devstack.stack import Ports, Stack
 from tests.support.meshapi import MeshFactory
+from tests.support.pipeline import Pipeline, run_pipeline
 
 
 @pytest.fixture(scope="session")
@@ -92,12 +93,17 @@ def uniq() -> str:
 # --- the gateway under test ------------------------------------------------------
 
 @pytest.fixture(scope="session")
-async def gateway(migrated: Settings) -> AsyncIterator[str]:
-    """A real gateway (uvicorn, real sockets) on a free port; yields its base URL."""
-    from tests.support.servers import serve_app
+async def pipeline(migrated: Settings) -> AsyncIterator[Pipeline]:
+    """The real gateway (uvicorn on a free port) with the outbox relay and the
+    push fan-out running over the session's Kafka (or Redis Streams without it)."""
+    async with run_pipeline(migrated) as running:
+        yield running
 
-    async with serve_app(migrated) as url:
-        yield url
+
+@pytest.fixture(scope="session")
+async def gateway(pipeline: Pipeline) -> str:
+    """Base URL of the running gateway (relay and push included)."""
+    return pipeline.url
 
 
 @pytest.fixture

@@ -1,0 +1,70 @@
+"""``GET /v1/mesh/inbox/stream``: the inbox as Server-Sent Events.
+
+``id:`` is the seq, ``event:`` the type, ``data:`` the event JSON. A client
+resumes after ``Last-Event-ID`` (or ``?after=``), else after its acked cursor.
+Idle streams cost one waiter each on the process's single Redis subscription
+(app.inbox_hub), plus a Postgres re-check every ``sse_recheck_seconds``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+
+from sse_starlette.sse import EventSourceResponse, ServerSentEvent
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from app.api.deps import agent, doc, int_query, state
+from app.errors import Problem
+from app.services import inbox
+from app.services.stream import InboxReader
+
+
+def _start_after(request: Request) -> int | None:
+    header = request.headers.get("last-event-id")
+    if header:
+        try:
+            value = int(header)
+        except ValueError:
+            raise Problem(422, f"Last-Event-ID must be an inbox seq (integer), got '{header}'") \
+                from None
+        if value < 0:
+            raise Problem(422, "Last-Event-ID must be >= 0")
+        return value
+    return int_query(request, "after", default=None, minimum=0)
+
+
+@doc("The inbox as Server-Sent Events (id = seq); resumes after Last-Event-ID, ?after=, "
+     "or the acked cursor", auth="agent", tag="inbox")
+async def stream(request: Request) -> Response:
+    me = await agent(request)
+    s = state(request)
+    after = _start_after(request)
+    if after is None:
+        after = await inbox.start_cursor(s.pool, me.agent_id)
+    reader = InboxReader(s.pool, s.redis, me.agent_id, after)
+
+    async def events() -> AsyncIterator[ServerSentEvent]:
+        async with s.hub.watch(me.agent_id) as waiter:
+            from_postgres = False
+            while True:
+                batch = await reader.next_batch(from_postgres=from_postgres)
+                from_postgres = False
+                if batch:
+                    for ev in batch:
+                        yield ServerSentEvent(data=json.dumps(ev, separators=(",", ":")),
+                                              event=ev["type"], id=str(ev["seq"]))
+                    await inbox.record_delivery(s.pool, me.agent_id, batch)
+                    continue
+                woke = await waiter.wait(s.settings.sse_recheck_seconds)
+                # Without a wake-up for a while, look at Postgres directly: a
+                # notification lost with Redis must delay an event, never lose it.
+                from_postgres = not woke
+
+    return EventSourceResponse(events(), ping=s.settings.sse_keepalive_seconds,
+                               headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+
+routes = [Route("/v1/mesh/inbox/stream", stream, methods=["GET"])]

@@ -1,0 +1,79 @@
+"""Strictly ordered reading of one agent's inbox for a live stream (SSE).
+
+Postgres is the history; the agent's Redis Stream (written by the push worker,
+entry id ``{seq}-0``) is the fast path. The reader first catches up from
+Postgres, then tails Redis. Whenever the next entry it sees is not ``last+1``
+— the push worker skipped it, Redis lost it, or a relay published out of
+order — it fills the gap from Postgres before going on. So a connection
+delivers every seq once, in order: never a skip, never a repeat.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+import asyncpg
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError
+
+from app.store import inbox as inbox_store
+
+log = logging.getLogger("mesh.stream")
+
+STREAM_PREFIX = "inbox:"
+BATCH = 200
+
+
+def stream_key(agent_id: str) -> str:
+    return f"{STREAM_PREFIX}{agent_id}"
+
+
+class InboxReader:
+    def __init__(self, pool: asyncpg.Pool, redis: aioredis.Redis, agent_id: str,
+                 after: int) -> None:
+        self.pool = pool
+        self.redis = redis
+        self.agent_id = agent_id
+        self.last = after
+        self.catching_up = True
+        self.gap_fills = 0
+
+    async def next_batch(self, *, from_postgres: bool = False) -> list[dict[str, Any]]:
+        """The next events after ``last``, in order; [] when none are known yet."""
+        if self.catching_up or from_postgres:
+            events = await inbox_store.after(self.pool, self.agent_id, self.last, BATCH)
+            self.catching_up = len(events) == BATCH
+            return self._advance(events)
+        try:
+            entries = await self.redis.xrange(stream_key(self.agent_id),
+                                              min=f"{self.last + 1}-0", max="+", count=BATCH)
+        except (RedisError, OSError) as exc:
+            log.warning("stream %s: Redis unavailable (%s); reading Postgres", self.agent_id, exc)
+            return await self.next_batch(from_postgres=True)
+        out: list[dict[str, Any]] = []
+        for entry_id, fields in entries:
+            seq = int(entry_id.split(b"-", 1)[0])
+            expected = self.last + 1 if not out else out[-1]["seq"] + 1
+            if seq < expected:
+                continue
+            if seq > expected:
+                # Missing in Redis: Postgres has it (it committed before this one did).
+                filled = await inbox_store.after(self.pool, self.agent_id, expected - 1, BATCH,
+                                                 upto=seq - 1)
+                self.gap_fills += 1
+                out.extend(filled)
+                if not filled or filled[-1]["seq"] != seq - 1:
+                    break  # Postgres could not close the gap yet; resume from there next time
+            out.append(json.loads(fields[b"e"]))
+        return self._advance(out)
+
+    def _advance(self, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        ordered: list[dict[str, Any]] = []
+        for ev in events:
+            if ev["seq"] != self.last + 1:
+                break  # never skip: the rest comes in a later batch
+            ordered.append(ev)
+            self.last = ev["seq"]
+        return ordered

@@ -1,0 +1,99 @@
+"""The outbox: claimed by relays, updated in batches, inspected by admins."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import asyncpg
+
+Conn = asyncpg.Connection | asyncpg.Pool
+
+# Due pending rows, oldest first; rows another relay holds are skipped, so any
+# number of relays share the work without waiting on each other.
+CLAIM_SQL = """
+SELECT id, key, payload::text AS payload, attempts FROM outbox_events
+WHERE status = 'pending' AND next_attempt_at <= now()
+ORDER BY id LIMIT $1
+FOR UPDATE SKIP LOCKED
+"""
+
+
+async def claim(conn: asyncpg.Connection, limit: int) -> list[asyncpg.Record]:
+    """Lock up to ``limit`` due rows for the caller's open transaction."""
+    return await conn.fetch(CLAIM_SQL, limit)
+
+
+async def mark_sent(conn: asyncpg.Connection, ids: Sequence[int]) -> None:
+    if ids:
+        await conn.execute(
+            "UPDATE outbox_events SET status = 'sent', sent_at = now(), last_error = NULL "
+            "WHERE id = ANY($1::bigint[])", list(ids))
+
+
+async def mark_failed_attempts(conn: asyncpg.Connection, ids: Sequence[int], errors: Sequence[str],
+                               dead: Sequence[bool], base_seconds: float) -> None:
+    """One round trip for a batch's failures: each row gets attempts+1 and either
+    a backed-off next attempt (base·2^attempts) or the dead letter."""
+    if not ids:
+        return
+    await conn.execute(
+        """
+        UPDATE outbox_events o SET
+            attempts = o.attempts + 1,
+            last_error = f.error,
+            status = CASE WHEN f.dead THEN 'failed' ELSE 'pending' END,
+            next_attempt_at = now() + make_interval(secs => $4 * power(2, o.attempts))
+        FROM unnest($1::bigint[], $2::text[], $3::bool[]) AS f(id, error, dead)
+        WHERE o.id = f.id
+        """, list(ids), list(errors), list(dead), base_seconds)
+
+
+async def pending_count(conn: Conn) -> int:
+    return int(await conn.fetchval("SELECT count(*) FROM outbox_events WHERE status = 'pending'"))
+
+
+async def counts(conn: Conn) -> dict[str, int]:
+    rows = await conn.fetch("SELECT status, count(*) AS n FROM outbox_events GROUP BY status")
+    out = {"pending": 0, "sent": 0, "failed": 0}
+    out.update({r["status"]: r["n"] for r in rows})
+    return out
+
+
+async def dead_letters(conn: Conn, limit: int, after_id: int = 0) -> list[asyncpg.Record]:
+    return await conn.fetch(
+        "SELECT id, topic, key, payload, attempts, last_error, created_at, next_attempt_at "
+        "FROM outbox_events WHERE status = 'failed' AND id > $1 ORDER BY id LIMIT $2",
+        after_id, limit)
+
+
+async def retry_dead(conn: Conn, ids: Sequence[int] | None) -> int:
+    """Back to pending with a fresh attempt budget; None retries every dead letter."""
+    if ids is None:
+        result = await conn.execute(
+            "UPDATE outbox_events SET status = 'pending', attempts = 0, next_attempt_at = now() "
+            "WHERE status = 'failed'")
+    else:
+        result = await conn.execute(
+            "UPDATE outbox_events SET status = 'pending', attempts = 0, next_attempt_at = now() "
+            "WHERE status = 'failed' AND id = ANY($1::bigint[])", list(ids))
+    return int(result.split()[-1])
+
+
+async def delete_sent_before(conn: Conn, days: float, batch: int) -> int:
+    """Delete one bounded batch of old sent rows (short locks; cron loops)."""
+    result = await conn.execute(
+        """
+        DELETE FROM outbox_events WHERE id IN (
+            SELECT id FROM outbox_events
+            WHERE status = 'sent' AND sent_at < now() - make_interval(days => $1::int)
+            ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED)
+        """, int(days), batch)
+    return int(result.split()[-1])
+
+
+def row_json(row: asyncpg.Record) -> dict[str, Any]:
+    return {"id": row["id"], "topic": row["topic"], "key": row["key"],
+            "attempts": row["attempts"], "last_error": row["last_error"],
+            "created_at": row["created_at"].isoformat(),
+            "payload": row["payload"]}

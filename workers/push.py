@@ -1,0 +1,164 @@
+"""Push fan-out: the bus → each recipient's Redis Stream ``inbox:{agent_id}``.
+
+For every record the push script appends the event to the agent's stream with
+the explicit entry id ``{seq}-0`` — Redis refuses an id not above the stream's
+last one, which makes "write only if newer" atomic and free — then PUBLISHes a
+wake-up for the web processes holding that agent's SSE streams or long-polls.
+Offsets are committed only after the writes, so a crash re-delivers and the
+script drops what was already written.
+
+Run: ``python -m workers.push`` (the Procfile ``push`` process).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import signal
+import socket
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError
+
+from app.inbox_hub import CHANNEL
+from app.metrics import DEDUP_HITS
+from app.settings import Settings, load_settings
+from workers.bus import BusStartError, Delivery, Subscriber, create_subscriber
+from workers.process import setup_process
+
+log = logging.getLogger("mesh.push")
+
+STREAM_PREFIX = "inbox:"
+STREAM_TTL_SECONDS = 7 * 24 * 3600
+
+
+def stream_key(agent_id: str) -> str:
+    return f"{STREAM_PREFIX}{agent_id}"
+
+
+# KEYS[1] stream; ARGV: seq, event json, maxlen, channel, agent_id, ttl.
+# Returns 1 when written, 0 when the stream already had this seq or a newer one.
+PUSH_SCRIPT = """
+local ok = redis.pcall('XADD', KEYS[1], 'MAXLEN', '~', ARGV[3], ARGV[1] .. '-0', 'e', ARGV[2])
+if type(ok) == 'table' and ok.err then
+  if string.find(ok.err, 'equal or smaller') then return 0 end
+  return redis.error_reply(ok.err)
+end
+redis.call('EXPIRE', KEYS[1], ARGV[6])
+redis.call('PUBLISH', ARGV[4], ARGV[5] .. ' ' .. ARGV[1])
+return 1
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class PushEvent:
+    agent_id: str
+    seq: int
+    raw: str
+
+
+def parse(delivery: Delivery) -> PushEvent | None:
+    """The recipient and seq of a bus record; None for a record we cannot read
+    (logged and skipped: it can never become deliverable by retrying)."""
+    try:
+        text = delivery.value.decode()
+        seq = int(json.loads(text)["seq"])
+    except (UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
+        log.error("push: unreadable record for key %r skipped: %s", delivery.key, exc)
+        return None
+    return PushEvent(delivery.key, seq, text)
+
+
+class Push:
+    def __init__(self, settings: Settings, redis: aioredis.Redis, subscriber: Subscriber) -> None:
+        self.settings = settings
+        self.redis = redis
+        self.subscriber = subscriber
+        self.script = redis.register_script(PUSH_SCRIPT)
+        self._stopping = asyncio.Event()
+        self.written = 0
+        self.duplicates = 0
+
+    async def write(self, events: Sequence[PushEvent]) -> None:
+        """Write a batch in one round trip (a pipeline of script calls)."""
+        if not events:
+            return
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for ev in events:
+                await self.script(
+                    keys=[stream_key(ev.agent_id)],
+                    args=[ev.seq, ev.raw, self.settings.push_stream_maxlen, CHANNEL, ev.agent_id,
+                          STREAM_TTL_SECONDS],
+                    client=pipe)
+            results = await pipe.execute()
+        written = sum(1 for r in results if r == 1)
+        self.written += written
+        dups = len(results) - written
+        if dups:
+            self.duplicates += dups
+            DEDUP_HITS.labels(where="push").inc(dups)
+
+    async def handle(self, deliveries: Sequence[Delivery]) -> None:
+        events = [e for e in (parse(d) for d in deliveries) if e is not None]
+        backoff = 0.1
+        while True:
+            try:
+                await self.write(events)
+                break
+            except (RedisError, OSError) as exc:
+                if self._stopping.is_set():
+                    return  # not committed: the group re-delivers after restart
+                log.warning("push: Redis write failed (%s); retrying in %.1fs", exc, backoff)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 5.0)
+        await self.subscriber.commit(deliveries)
+
+    async def run(self) -> None:
+        while not self._stopping.is_set():
+            deliveries = await self.subscriber.fetch(max_records=1000, wait=1.0)
+            if deliveries:
+                await self.handle(deliveries)
+
+    def stop(self) -> None:
+        self._stopping.set()
+
+
+async def main(settings: Settings | None = None) -> None:
+    settings = settings or load_settings()
+    setup_process(settings, "push")
+    consumer = f"{socket.gethostname()}-{os.getpid()}"
+    subscriber = create_subscriber(settings, settings.push_group, consumer)
+    delay = 0.5
+    while True:
+        try:
+            await subscriber.start()
+            break
+        except BusStartError as exc:
+            log.warning("push: bus not reachable yet (%s); retrying in %.1fs", exc, delay)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 10)
+    redis = aioredis.from_url(settings.redis_url)
+    push = Push(settings, redis, subscriber)
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, push.stop)
+    log.info("push started: bus=%s group=%s consumer=%s", settings.bus_kind,
+             settings.push_group, consumer)
+    try:
+        # SIGTERM lets the batch in hand finish and commit, then leaves the group.
+        await push.run()
+    finally:
+        with contextlib.suppress(Exception):
+            await subscriber.stop()
+        await redis.aclose()
+        log.info("push stopped: %d written, %d duplicates dropped", push.written,
+                 push.duplicates)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

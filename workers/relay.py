@@ -1,0 +1,234 @@
+"""Outbox relay: Postgres ``outbox_events`` → the bus (Kafka or Redis Streams).
+
+A batch is claimed with ``FOR UPDATE SKIP LOCKED`` inside a transaction,
+published, and marked in the same transaction — ``sent`` only for the records
+the broker acknowledged, a backed-off retry or the dead letter for the rest.
+If the relay dies mid-batch the transaction rolls back and the rows are
+claimed again: the bus may then carry a record twice, which the push fan-out
+drops by seq.
+
+The relay wakes on the ``NOTIFY`` each write transaction sends at commit, so
+delivery never waits for a poll; the sweep timer only catches retries that
+come due and wake-ups lost while the listener reconnected.
+
+Run: ``arq workers.relay.WorkerSettings`` (the Procfile ``outbox`` process).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from typing import Any, ClassVar
+
+import asyncpg
+
+from app import db
+from app.metrics import DEAD_LETTERS, OUTBOX_DISPATCH, OUTBOX_PENDING
+from app.settings import Settings, load_settings
+from app.store import outbox as outbox_store
+from app.store.events import WAKEUP_CHANNEL
+from workers.bus import Publisher, PublishError, create_publisher
+from workers.process import arq_redis_settings, setup_process
+
+log = logging.getLogger("mesh.relay")
+
+
+class Relay:
+    def __init__(self, settings: Settings, pool: asyncpg.Pool, publisher: Publisher) -> None:
+        self.settings = settings
+        self.pool = pool
+        self.publisher = publisher
+        self._wake = asyncio.Event()
+        self._stopping = False
+        self._listener: asyncpg.Connection | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._listen_task: asyncio.Task[None] | None = None
+        self.batches = 0
+        # False after a batch the bus refused entirely: the loop then pauses (with
+        # backoff) instead of claiming the next rows and burning their attempts.
+        self.bus_healthy = True
+
+    # --- one batch -----------------------------------------------------------------
+
+    async def relay_batch(self) -> int:
+        """Claim, publish and mark one batch; return how many rows it held."""
+        async with self.pool.acquire() as conn, conn.transaction():
+            rows = await outbox_store.claim(conn, self.settings.relay_batch_size)
+            if not rows:
+                return 0
+            results = await self.publisher.publish_batch(
+                [(r["key"], r["payload"].encode()) for r in rows])
+            sent: list[int] = []
+            failed_ids: list[int] = []
+            errors: list[str] = []
+            dead: list[bool] = []
+            for row, result in zip(rows, results, strict=True):
+                if result is None:
+                    sent.append(row["id"])
+                    continue
+                failed_ids.append(row["id"])
+                errors.append(_describe(result))
+                dead.append(not result.retriable
+                            or row["attempts"] + 1 >= self.settings.relay_max_attempts)
+            await outbox_store.mark_sent(conn, sent)
+            await outbox_store.mark_failed_attempts(conn, failed_ids, errors, dead,
+                                                    self.settings.relay_retry_base_seconds)
+        self.batches += 1
+        self.bus_healthy = bool(sent) or not failed_ids
+        n_dead = sum(dead)
+        OUTBOX_DISPATCH.labels(result="sent").inc(len(sent))
+        if failed_ids:
+            OUTBOX_DISPATCH.labels(result="retry").inc(len(failed_ids) - n_dead)
+            OUTBOX_DISPATCH.labels(result="failed").inc(n_dead)
+            log.warning("relay: %d of %d records not acknowledged (%d dead-lettered): %s",
+                        len(failed_ids), len(rows), n_dead, errors[0])
+        return len(rows)
+
+    async def drain(self) -> int:
+        """Relay until no due row is left (or the bus refuses everything)."""
+        total = 0
+        while not self._stopping:
+            n = await self.relay_batch()
+            total += n
+            if n < self.settings.relay_batch_size or not self.bus_healthy:
+                break
+        return total
+
+    # --- the loop -------------------------------------------------------------------
+
+    async def start(self) -> None:
+        if self.settings.relay_wakeup:
+            self._listen_task = asyncio.create_task(self._listen(), name="relay-listen")
+        self._task = asyncio.create_task(self._run(), name="relay-loop")
+
+    async def stop(self) -> None:
+        """Finish the batch in flight (its transaction commits or rolls back), then stop."""
+        self._stopping = True
+        self._wake.set()
+        if self._task is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        if self._listen_task is not None:
+            self._listen_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._listen_task
+        if self._listener is not None:
+            with contextlib.suppress(Exception):
+                await self._listener.close()
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    async def _run(self) -> None:
+        backoff = 0.1
+        bus_backoff = 0.5
+        last_gauge = 0.0
+        while not self._stopping:
+            if not self.bus_healthy:
+                await asyncio.sleep(bus_backoff)
+                bus_backoff = min(bus_backoff * 2, 15.0)
+            else:
+                bus_backoff = 0.5
+            # Clear before draining: a NOTIFY that arrives mid-drain sets it again
+            # and the next round runs at once, so no commit is ever left waiting.
+            self._wake.clear()
+            try:
+                await self.drain()
+                backoff = 0.1
+            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+                log.warning("relay: database unavailable (%s); retrying in %.1fs", exc, backoff)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 5.0)
+                continue
+            now = time.monotonic()
+            if now - last_gauge > 5:
+                last_gauge = now
+                await self._update_gauges()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self.settings.relay_sweep_seconds)
+
+    async def _update_gauges(self) -> None:
+        with contextlib.suppress(Exception):
+            counts = await outbox_store.counts(self.pool)
+            OUTBOX_PENDING.set(counts["pending"])
+            DEAD_LETTERS.set(counts["failed"])
+
+    async def _listen(self) -> None:
+        """Hold a LISTEN connection; reconnect when Postgres goes away."""
+        while not self._stopping:
+            lost = asyncio.Event()
+            try:
+                self._listener = await db.connect(self.settings.database_url)
+                self._listener.add_termination_listener(lambda _c, lost=lost: lost.set())
+                await self._listener.add_listener(WAKEUP_CHANNEL, lambda *_a: self._wake.set())
+                self._wake.set()  # anything committed while we were not listening
+                await lost.wait()
+            except asyncio.CancelledError:
+                raise
+            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+                log.warning("relay: LISTEN connection failed (%s)", exc)
+            await asyncio.sleep(0.5)
+
+
+def _describe(error: PublishError) -> str:
+    return f"{type(error).__name__}: {error}"[:2000]
+
+
+# --- arq wiring -----------------------------------------------------------------------
+
+async def startup(ctx: dict[str, Any]) -> None:
+    settings: Settings = ctx.get("settings") or load_settings()
+    setup_process(settings, "outbox")
+    pool = await db.create_pool(settings, min_size=1, max_size=4)
+    publisher = create_publisher(settings)
+    await _start_publisher(publisher)
+    relay = Relay(settings, pool, publisher)
+    await relay.start()
+    ctx.update(settings=settings, pool=pool, publisher=publisher, relay=relay)
+    log.info("relay started: bus=%s batch=%d wakeup=%s", settings.bus_kind,
+             settings.relay_batch_size, settings.relay_wakeup)
+
+
+async def _start_publisher(publisher: Publisher) -> None:
+    from workers.bus import BusStartError
+
+    delay = 0.5
+    while True:
+        try:
+            await publisher.start()
+            return
+        except BusStartError as exc:
+            log.warning("relay: bus not reachable yet (%s); retrying in %.1fs", exc, delay)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 10)
+
+
+async def shutdown(ctx: dict[str, Any]) -> None:
+    relay: Relay | None = ctx.get("relay")
+    if relay is not None:
+        await relay.stop()
+    if ctx.get("publisher") is not None:
+        await ctx["publisher"].stop()
+    if ctx.get("pool") is not None:
+        await ctx["pool"].close()
+
+
+async def relay_now(ctx: dict[str, Any]) -> int:
+    """arq job: wake the relay (e.g. after an admin re-queued dead letters)."""
+    ctx["relay"].wake()
+    return 0
+
+
+class WorkerSettings:
+    functions: ClassVar = [relay_now]
+    on_startup = startup
+    on_shutdown = shutdown
+    redis_settings = arq_redis_settings(load_settings())
+    queue_name = "mesh:relay"
+    handle_signals = True
+    # The relay loop is a background task, not an arq job; arq gives it a
+    # process lifecycle (start, SIGTERM → shutdown hook) and a job to wake it.
+    max_jobs = 4
+    health_check_interval = 30
