@@ -17,12 +17,15 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from app import db, openapi
+from app import db, health, openapi
 from app.api import auth, inbox, mesh, owners, sse, tasks
 from app.api.deps import State, state
 from app.errors import Problem, handle_http, handle_problem, handle_unexpected, handle_validation
+from app.health import close_bus_probes
 from app.inbox_hub import InboxHub
 from app.middleware import ProblemBodyLimit, RequestMetrics
+from app.observability import init_sentry, setup_logging
+from app.ratelimit import RateLimiter
 from app.settings import Settings, load_settings
 
 log = logging.getLogger("mesh.app")
@@ -35,8 +38,6 @@ async def healthz(request: Request) -> Response:
 
 
 async def readyz(request: Request) -> Response:
-    from app import health
-
     s = state(request)
     status, body = await health.readiness(s.pool, s.redis, s.settings)
     return JSONResponse(body, status_code=status)
@@ -54,6 +55,8 @@ def api_routes() -> list[BaseRoute]:
 
 def create_app(settings: Settings | None = None) -> Starlette:
     settings = settings or load_settings()
+    setup_logging(settings, "web")
+    init_sentry(settings, "web")
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -61,10 +64,13 @@ def create_app(settings: Settings | None = None) -> Starlette:
         redis = aioredis.from_url(settings.redis_url)
         hub = InboxHub(settings.redis_url)
         await hub.start()
-        app.state.mesh = State(settings=settings, pool=pool, redis=redis, hub=hub)
+        limiter = RateLimiter(redis, settings) if settings.ratelimit_enabled else None
+        app.state.mesh = State(settings=settings, pool=pool, redis=redis, hub=hub,
+                               ratelimiter=limiter)
         try:
             yield
         finally:
+            await close_bus_probes()
             await hub.stop()
             await redis.aclose()
             await pool.close()

@@ -65,7 +65,20 @@ async def principal(request: Request) -> Owner | Agent:
         s = state(request)
         cached = await accounts.resolve(s.pool, s.settings, _bearer(request))
         request.scope["mesh.principal"] = cached
+        if s.ratelimiter is not None:
+            await _rate_limit(request, s, cached)
     return cached  # type: ignore[no-any-return]
+
+
+async def _rate_limit(request: Request, s: State, who: Owner | Agent) -> None:
+    """One token per authenticated request, from the caller's bucket (per-route
+    overrides by route template). Several web processes share the bucket in Redis."""
+    from app import ratelimit
+
+    route = request.scope.get("route")
+    template = getattr(route, "path", request.url.path)
+    key = who.agent_id if isinstance(who, Agent) else f"owner:{who.user_id}"
+    await ratelimit.require(s.ratelimiter, key, request.method, template)
 
 
 async def owner(request: Request) -> Owner:

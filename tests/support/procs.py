@@ -1,0 +1,122 @@
+"""Mesh processes as real OS processes, for fault tests: kill -9, SIGTERM, restart.
+
+Each runs exactly the command its Procfile line runs, with the test's
+settings passed as ``MESH_*`` environment variables.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from app.settings import Settings
+from devstack.process import free_port, port_open
+
+REPO = Path(__file__).resolve().parents[2]
+
+COMMANDS: dict[str, list[str]] = {
+    "outbox": [sys.executable, "-m", "arq", "workers.relay.WorkerSettings"],
+    "push": [sys.executable, "-m", "workers.push"],
+    "cron": [sys.executable, "-m", "arq", "cron.worker.WorkerSettings"],
+}
+READY_LINE = {"outbox": "relay started", "push": "push started", "cron": "cron started"}
+
+
+def settings_env(settings: Settings, **extra: Any) -> dict[str, str]:
+    env = dict(os.environ)
+    data = settings.model_dump()
+    data.update(extra)
+    for key, value in data.items():
+        if value is None:
+            env.pop(f"MESH_{key.upper()}", None)
+            continue
+        if isinstance(value, (list, dict, tuple)):
+            env[f"MESH_{key.upper()}"] = json.dumps(value)
+        else:
+            env[f"MESH_{key.upper()}"] = str(value)
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+class MeshProcess:
+    def __init__(self, kind: str, settings: Settings, **extra: Any) -> None:
+        self.kind = kind
+        self.settings = settings
+        self.extra = extra
+        self.port: int | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log = Path(tempfile.mkstemp(prefix=f"mesh-{kind}-", suffix=".log")[1])
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def command(self) -> list[str]:
+        if self.kind == "web":
+            self.port = self.port or free_port()
+            return [sys.executable, "-m", "uvicorn", "app.main:create_app", "--factory",
+                    "--host", "127.0.0.1", "--port", str(self.port), "--no-access-log",
+                    "--log-level", "warning"]
+        return COMMANDS[self.kind]
+
+    async def start(self, timeout: float = 60.0) -> MeshProcess:
+        cmd = self.command()
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen(cmd, cwd=REPO, env=settings_env(self.settings, **self.extra),
+                                         stdout=log, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL, start_new_session=True)
+        deadline = time.monotonic() + timeout
+        offset = 0
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{self.kind} exited with {self.proc.returncode}:\n"
+                                   f"{self.tail()}")
+            if self.kind == "web":
+                if port_open(self.port or 0):
+                    return self
+            else:
+                text = self.log.read_text(errors="replace")
+                if READY_LINE[self.kind] in text[offset:]:
+                    return self
+            await asyncio.sleep(0.1)
+        raise TimeoutError(f"{self.kind} not ready in {timeout}s:\n{self.tail()}")
+
+    def tail(self, n: int = 4000) -> str:
+        return self.log.read_text(errors="replace")[-n:]
+
+    def kill9(self) -> None:
+        assert self.proc is not None
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(10)
+
+    async def terminate(self, timeout: float = 30.0) -> int:
+        """SIGTERM and wait for a graceful exit; returns the exit code."""
+        assert self.proc is not None
+        os.killpg(self.proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        while self.proc.poll() is None:
+            if time.monotonic() > deadline:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                raise TimeoutError(f"{self.kind} ignored SIGTERM for {timeout}s:\n{self.tail()}")
+            await asyncio.sleep(0.05)
+        return self.proc.returncode
+
+    async def restart(self) -> MeshProcess:
+        return await self.start()
+
+    def stop_quietly(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGTERM)
+                self.proc.wait(20)
+            except (ProcessLookupError, subprocess.TimeoutExpired):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(5)
