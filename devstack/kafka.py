@@ -133,11 +133,15 @@ class Kafka(ServiceProcess):
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self._write_config()
         if not (self.data_dir / "logs" / "meta.properties").exists():
-            subprocess.run(
+            result = subprocess.run(
                 ["java", "-cp", f"{self.libs}/*", "kafka.tools.StorageTool", "format",
                  "-t", _cluster_id(), "-c", str(self.config_path), "--ignore-formatted"],
-                check=True, capture_output=True,
+                capture_output=True, text=True,
             )
+            if result.returncode != 0:
+                raise RuntimeError(f"formatting the Kafka storage in {self.data_dir} failed "
+                                   f"(exit {result.returncode}): "
+                                   f"{(result.stderr or result.stdout).strip()[-2000:]}")
         super().start(timeout)
 
     def command(self) -> Sequence[str]:
