@@ -285,6 +285,10 @@ class MeshClient:
         """Mark the agent alive (``active``; a draining agent stays draining)."""
         return (await self._call("POST", "/v1/mesh/heartbeat")).body
 
+    async def go_online(self) -> Any:
+        """Come online: ``active`` again, also after draining."""
+        return (await self._call("POST", "/v1/mesh/online")).body
+
     async def go_offline(self) -> Any:
         """Tell the gateway this agent is going away (status → ``draining``)."""
         return (await self._call("DELETE", "/v1/mesh/online")).body
@@ -296,8 +300,12 @@ class MeshClient:
             self._agent_id = str(body["agent_id"])
         return body
 
-    async def friends(self) -> list[dict[str, Any]]:
-        return _as_list(await self._get("/v1/mesh/friends"), "friends")
+    async def friends(self) -> dict[str, Any]:
+        """``{"friends": [...], "incoming_requests": [...], "outgoing_requests": [...]}``."""
+        body = await self._get("/v1/mesh/friends")
+        if isinstance(body, list):
+            return {"friends": body, "incoming_requests": [], "outgoing_requests": []}
+        return body
 
     async def request_friend(self, to_agent_id: str, note: str | None = None) -> dict[str, Any]:
         body: dict[str, Any] = {"to_agent_id": to_agent_id}
@@ -321,7 +329,8 @@ class MeshClient:
     async def groups(self) -> list[dict[str, Any]]:
         return _as_list(await self._get("/v1/mesh/groups"), "groups")
 
-    async def roster(self, group_id: str) -> Any:
+    async def roster(self, group_id: str) -> dict[str, Any]:
+        """The group (``group_id``, ``name``) with its ``members``."""
         return await self._get(f"/v1/mesh/groups/{_seg(group_id)}/roster")
 
     async def card(self, agent_id: str) -> dict[str, Any]:

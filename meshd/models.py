@@ -133,6 +133,7 @@ class Task:
     updated_at: str | None
     messages: list[Message]
     artifacts: list[dict[str, Any]]
+    status_message: dict[str, Any] | None
     raw: dict[str, Any] = field(repr=False, compare=False)
 
     @property
@@ -151,6 +152,7 @@ class Task:
             updated_at=d.get("updated_at"),
             messages=[Message.from_json(m) for m in d.get("messages") or []],
             artifacts=list(d.get("artifacts") or []),
+            status_message=d.get("status_message"),
             raw=d,
         )
 

@@ -1,0 +1,107 @@
+"""Where the CLI, daemon and MCP server find the gateway and their credentials.
+
+Precedence: command-line flags, then the environment (``MESH_URL``,
+``MESH_API_KEY`` or ``MESH_TOKEN``), then the config file written by
+``mesh login`` (``$MESH_CONFIG``, else ``$XDG_CONFIG_HOME/mesh/config.json``,
+else ``~/.config/mesh/config.json``), which is created with mode 0600.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from meshd.errors import ConfigError
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    url: str | None = None
+    api_key: str | None = None
+    token: str | None = None
+    path: Path | None = None
+
+    def require(self) -> Config:
+        if not self.url:
+            raise ConfigError("no gateway URL: set MESH_URL, pass --url, or run `mesh login --url URL`")
+        if not self.api_key and not self.token:
+            raise ConfigError(
+                "no credentials: set MESH_API_KEY (an agent key, mk_...), pass --api-key, or run `mesh login`"
+            )
+        return self
+
+
+def config_path(env: Mapping[str, str] | None = None) -> Path:
+    env = os.environ if env is None else env
+    if env.get("MESH_CONFIG"):
+        return Path(env["MESH_CONFIG"]).expanduser()
+    base = env.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base).expanduser() / "mesh" / "config.json"
+
+
+def state_root(env: Mapping[str, str] | None = None) -> Path:
+    """Parent of the per-agent daemon state folders."""
+    env = os.environ if env is None else env
+    if env.get("MESH_STATE_DIR"):
+        return Path(env["MESH_STATE_DIR"]).expanduser()
+    base = env.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base).expanduser() / "mesh"
+
+
+def read_config_file(path: Path) -> dict[str, str]:
+    try:
+        raw = path.read_text()
+    except FileNotFoundError:
+        return {}
+    except OSError as e:
+        raise ConfigError(f"cannot read {path}: {e.strerror}") from e
+    try:
+        data = json.loads(raw)
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"{path} is not valid JSON ({e}); fix it or run `mesh login`") from e
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path} must hold a JSON object; run `mesh login` to rewrite it")
+    return {k: str(v) for k, v in data.items() if v is not None}
+
+
+def write_config_file(path: Path, data: Mapping[str, str]) -> None:
+    """Write ``data`` to ``path`` atomically, readable by the owner only (0600)."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd, tmp = tempfile.mkstemp(prefix=".config-", dir=path.parent)
+    try:
+        os.fchmod(fd, 0o600)
+        with os.fdopen(fd, "w") as f:
+            json.dump(dict(data), f, indent=2)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    os.chmod(path, 0o600)
+
+
+def load_config(
+    *,
+    url: str | None = None,
+    api_key: str | None = None,
+    token: str | None = None,
+    path: Path | None = None,
+    env: Mapping[str, str] | None = None,
+) -> Config:
+    env = os.environ if env is None else env
+    path = path or config_path(env)
+    file = read_config_file(path)
+    url = url or env.get("MESH_URL") or file.get("url")
+    if api_key or token:
+        pass
+    elif env.get("MESH_API_KEY") or env.get("MESH_TOKEN"):
+        api_key, token = env.get("MESH_API_KEY") or None, env.get("MESH_TOKEN") or None
+    else:
+        api_key, token = file.get("api_key"), file.get("token")
+    return Config(url=url.rstrip("/") if url else None, api_key=api_key, token=token, path=path)
