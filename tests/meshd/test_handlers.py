@@ -39,6 +39,13 @@ async def test_exec_nonzero_exit_fails_with_status_and_stderr():
         await ExecHandler("cat >/dev/null; echo bad input >&2; exit 4")(EVENT, CTX)
 
 
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] not in "ZX"
+    except FileNotFoundError:
+        return False
+
+
 async def test_exec_timeout_kills_the_whole_process_group(tmp_path):
     pidfile = tmp_path / "child.pid"
     h = ExecHandler(f"sleep 60 & echo $! > {pidfile}; wait", timeout=0.5)
@@ -48,10 +55,7 @@ async def test_exec_timeout_kills_the_whole_process_group(tmp_path):
     # the background child was in the killed group: it is gone (or a zombie being reaped)
     async with asyncio.timeout(10):
         while True:
-            try:
-                if Path(f"/proc/{pid}/stat").read_text().split()[2] in "ZX":
-                    break
-            except FileNotFoundError:
+            if not _alive(pid):
                 break
             await asyncio.sleep(0.05)
 
