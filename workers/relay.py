@@ -55,7 +55,8 @@ class Relay:
     async def relay_batch(self) -> int:
         """Claim, publish and mark one batch; return how many rows it held."""
         async with self.pool.acquire() as conn, conn.transaction():
-            rows = await outbox_store.claim(conn, self.settings.relay_batch_size)
+            rows = await outbox_store.claim(conn, self.settings.relay_batch_size,
+                                           self.settings.bus_topic)
             if not rows:
                 return 0
             results = await self.publisher.publish_batch(

@@ -9,19 +9,19 @@ import asyncpg
 
 Conn = asyncpg.Connection | asyncpg.Pool
 
-# Due pending rows, oldest first; rows another relay holds are skipped, so any
-# number of relays share the work without waiting on each other.
+# Due pending rows of one topic, oldest first; rows another relay holds are
+# skipped, so any number of relays share the work without waiting on each other.
 CLAIM_SQL = """
 SELECT id, key, payload::text AS payload, attempts FROM outbox_events
-WHERE status = 'pending' AND next_attempt_at <= now()
+WHERE status = 'pending' AND next_attempt_at <= now() AND topic = $2
 ORDER BY id LIMIT $1
 FOR UPDATE SKIP LOCKED
 """
 
 
-async def claim(conn: asyncpg.Connection, limit: int) -> list[asyncpg.Record]:
+async def claim(conn: asyncpg.Connection, limit: int, topic: str) -> list[asyncpg.Record]:
     """Lock up to ``limit`` due rows for the caller's open transaction."""
-    return await conn.fetch(CLAIM_SQL, limit)
+    return await conn.fetch(CLAIM_SQL, limit, topic)
 
 
 async def mark_sent(conn: asyncpg.Connection, ids: Sequence[int]) -> None:
