@@ -471,7 +471,7 @@ def web_address(env: dict[str, str]) -> tuple[str, int]:
 
 
 def announce_when_ready(host: str, port: int, done: threading.Event,
-                        timeout: float = 90.0) -> None:
+                        metrics: dict[str, int] | None = None, timeout: float = 90.0) -> None:
     deadline = time.monotonic() + timeout
     while not done.is_set() and time.monotonic() < deadline:
         if port_open(port, host):
@@ -482,7 +482,9 @@ def announce_when_ready(host: str, port: int, done: threading.Event,
                 f"  API      {base}",
                 f"  docs     {base}/docs",
                 f"  OpenAPI  {base}/openapi.json",
-                f"  health   {base}/healthz",
+                f"  health   {base}/healthz  {base}/readyz",
+                f"  metrics  {base}/metrics"
+                + "".join(f", {name} :{p}" for name, p in (metrics or {}).items()),
                 "  Ctrl-C (or SIGTERM) stops everything.",
                 "",
             ]))
@@ -514,6 +516,16 @@ def _start_child(record_dir: Path, name: str, devstack_pid: int, cmd: str,
     return child
 
 
+METRICS_PORT_BASE = 9100
+
+
+def metrics_ports(processes: list[tuple[str, str]]) -> dict[str, int]:
+    """A metrics port of its own for each process but web (which serves
+    /metrics on its HTTP port): outbox 9101, push 9102, cron 9103 ..."""
+    workers = [name for name, _ in processes if name != "web"]
+    return {name: METRICS_PORT_BASE + i for i, name in enumerate(workers, 1)}
+
+
 def run_processes(processes: list[tuple[str, str]], env: dict[str, str], cwd: Path,
                   stop_timeout: float, record_dir: Path) -> int:
     """Run the Procfile processes under honcho until one exits or we are signalled.
@@ -526,14 +538,18 @@ def run_processes(processes: list[tuple[str, str]], env: dict[str, str], cwd: Pa
 
     honcho.manager.KILL_WAIT = stop_timeout  # read by Manager.loop at run time
     manager = honcho.manager.Manager(Printer(sys.stdout))
+    ports = metrics_ports(processes)
     for name, command in processes:
-        proc = manager.add_process(name, command, env=env, cwd=str(cwd))
+        process_env = dict(env)
+        if name in ports:
+            process_env["MESH_METRICS_PORT"] = str(ports[name])
+        proc = manager.add_process(name, command, env=process_env, cwd=str(cwd))
         proc._child_ctor = functools.partial(_start_child, record_dir, name, os.getpid())
 
     host, port = web_address(env)
     done = threading.Event()
     if any(name == "web" for name, _ in processes):
-        threading.Thread(target=announce_when_ready, args=(host, port, done),
+        threading.Thread(target=announce_when_ready, args=(host, port, done, ports),
                          daemon=True).start()
     try:
         manager.loop()

@@ -54,9 +54,10 @@ locals {
     },
     var.extra_environment,
   )
-  # Workers serve their Prometheus metrics on a port of their own; web serves
-  # /metrics on its HTTP port.
-  worker_environment = { MESH_METRICS_PORT = "9100" }
+  # Workers serve their Prometheus metrics on a port of their own, on every
+  # interface of the task (MESH_HOST); web serves /metrics on its HTTP port.
+  # A scraper in the VPC needs an ingress rule on 9100 to the app security group.
+  worker_environment = { MESH_METRICS_PORT = "9100", MESH_HOST = "0.0.0.0" }
 
   secrets = [for name in local.secret_names : {
     name      = name
