@@ -91,6 +91,15 @@ async def handle_http(request: Request, exc: Exception) -> Response:
         detail = f"no route for {request.method} {request.url.path}"
     elif exc.status_code == 405:
         detail = f"method {request.method} is not allowed on {request.url.path}"
+    elif exc.status_code == 413:
+        # A body without Content-Length is cut off while it streams in: Starlette
+        # raises its 413 from request.body(), which lands here, not in the
+        # middleware that words the up-front case. Say the same thing.
+        limit = request.scope.get("starlette.max_body_size")
+        if isinstance(limit, int):
+            return problem_response(Problem(
+                413, f"request body exceeds the limit of {limit} bytes", limit_bytes=limit))
+        detail = "request body exceeds the size limit"
     return problem_response(Problem(exc.status_code, str(detail), headers=exc.headers))
 
 
