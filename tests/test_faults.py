@@ -73,10 +73,8 @@ async def processes(settings: Settings, stack: Stack) -> AsyncIterator[Procs]:
             proc.stop_quietly()
 
 
-async def wait_accepted(procs: Procs, at_least: int, timeout: float = 120.0) -> None:
-    async with asyncio.timeout(timeout):
-        while len(procs.log.accepted) < at_least:
-            await asyncio.sleep(0.05)
+async def wait_accepted(procs: Procs, at_least: int) -> None:
+    await procs.log.wait_accepted(at_least)
 
 
 async def scenario(settings: Settings, stack: Stack, db, fault: Fault) -> dict[str, int]:

@@ -49,6 +49,17 @@ async def build_cast(mesh: MeshFactory, n_senders: int, n_recipients: int) -> Ca
 class SendLog:
     accepted: dict[str, str] = field(default_factory=dict)  # message_id → recipient
     retries: int = 0
+    progress: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def accept(self, message_id: str, recipient: str) -> None:
+        self.accepted[message_id] = recipient
+        self.progress.set()
+
+    async def wait_accepted(self, at_least: int, timeout: float = 120.0) -> None:
+        async with asyncio.timeout(timeout):
+            while len(self.accepted) < at_least:
+                self.progress.clear()
+                await self.progress.wait()
 
 
 async def send_load(cast: Cast, total: int, *, concurrency: int = 12,
@@ -80,7 +91,7 @@ async def send_load(cast: Cast, total: int, *, concurrency: int = 12,
                 except httpx.HTTPError:
                     resp = None
                 if resp is not None and resp.status_code in (200, 201):
-                    log.accepted[message_id] = recipient.agent_id
+                    log.accept(message_id, recipient.agent_id)
                     break
                 if resp is not None and resp.status_code == 401:
                     await sender.refresh_token()
@@ -103,6 +114,7 @@ class SseCollector:
         self._client: httpx.AsyncClient | None = None
         self._current: httpx.Response | None = None
         self.changed = asyncio.Event()
+        self.errors: list[str] = []
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run())
@@ -138,8 +150,13 @@ class SseCollector:
                             await self.agent.refresh_token()
                             continue
                         async for sse in source.aiter_sse():
-                            event = json.loads(sse.data)
-                            assert int(sse.id) == event["seq"]
+                            try:
+                                event = json.loads(sse.data)
+                                if int(sse.id) != event["seq"]:
+                                    raise ValueError(f"id {sse.id} != seq {event['seq']}")
+                            except (ValueError, KeyError, TypeError) as exc:
+                                self.errors.append(f"bad SSE event {sse!r}: {exc}")
+                                continue
                             received.append(event)
                             self.last_seq = event["seq"]
                             self.changed.set()
@@ -172,16 +189,20 @@ def check_delivery(log: SendLog, collectors: dict[str, SseCollector],
     union of a recipient's connections exactly 1..inbox_seq. Returns counts."""
     counts: dict[str, int] = {}
     for agent_id, collector in collectors.items():
+        assert not collector.errors, collector.errors[:3]
         check_connection_order(collector)
         seqs = [e["seq"] for e in collector.events]
-        assert seqs == list(range(1, inbox_seq[agent_id] + 1)), (
+        in_order = seqs == list(range(1, inbox_seq[agent_id] + 1))
+        assert in_order, (
             f"{agent_id}: got {len(seqs)} events, expected 1..{inbox_seq[agent_id]}; "
             f"first bad index {next((i for i, s in enumerate(seqs) if s != i + 1), None)}")
         got = [e["payload"]["message"]["message_id"] for e in collector.events
                if e["type"] == "task.created"]
-        assert len(got) == len(set(got)), f"{agent_id}: a message arrived twice"
+        unique = len(got) == len(set(got))
+        assert unique, f"{agent_id}: a message arrived twice"
         expected = {m for m, r in log.accepted.items() if r == agent_id}
-        assert set(got) == expected, (f"{agent_id}: {len(expected - set(got))} accepted messages "
+        same = set(got) == expected
+        assert same, (f"{agent_id}: {len(expected - set(got))} accepted messages "
                                       f"missing, {len(set(got) - expected)} unexpected")
         counts[agent_id] = len(got)
     return counts
