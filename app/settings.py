@@ -22,6 +22,10 @@ class Settings(BaseSettings):
     # "auto": Kafka when kafka_bootstrap is set, else Redis Streams.
     bus: Literal["auto", "kafka", "redis"] = "auto"
     bus_topic: str = "inbox.events"
+    # Largest record the relay hands to the bus; a bigger event is dead-lettered
+    # at once (it could never be published). Above the 1 MiB body limit because
+    # an event wraps the request's content.
+    bus_max_record_bytes: int = 2 * 1024 * 1024
     db_pool_min: int = 2
     db_pool_max: int = 20
 

@@ -34,7 +34,7 @@ class Pipeline:
 @contextlib.asynccontextmanager
 async def run_workers(settings: Settings) -> AsyncIterator[tuple[Relay, Push]]:
     options = BusOptions(publish_timeout=5.0, connect_timeout=20.0, claim_idle=5.0,
-                         claim_interval=1.0)
+                         claim_interval=1.0, max_record_bytes=settings.bus_max_record_bytes)
     pool = await db.create_pool(settings, min_size=1, max_size=4)
     publisher = create_publisher(settings, options)
     await publisher.start()
