@@ -37,7 +37,7 @@ async def outbox_by_status(db, topic: str) -> dict[str, int]:
 async def until(predicate, timeout: float = 30.0, interval: float = 0.05):
     """Poll a condition that has no event to await (e.g. a database state)."""
     async with asyncio.timeout(timeout):
-        while not (result := await predicate()):
+        while not (result := await predicate()):  # noqa: ASYNC110 - a row's state has no event
             await asyncio.sleep(interval)
         return result
 
@@ -224,14 +224,14 @@ async def test_long_poll_wakes_on_a_new_event(mesh) -> None:
 
 
 async def test_long_poll_times_out_empty(mesh) -> None:
-    a, b = await mesh.pair()
+    _a, b = await mesh.pair()
     data = await b.inbox(after=1, wait=0.3)
     assert data == {"events": [], "next_after": 1}
 
 
 @pytest.mark.parametrize("wait", ["-1", "31", "abc"])
 async def test_long_poll_rejects_bad_wait(mesh, wait: str) -> None:
-    a, b = await mesh.pair()
+    _a, b = await mesh.pair()
     resp = await b.get("/v1/mesh/inbox", params={"wait": wait})
     assert resp.status_code == 422
     assert "wait" in resp.json()["detail"]
