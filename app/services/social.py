@@ -29,7 +29,10 @@ def request_json(row: asyncpg.Record) -> dict[str, Any]:
 
 
 async def _notify(conn: asyncpg.Connection, settings: Settings, event: NewEvent) -> None:
-    await events_store.append(conn, [event], topic=settings.bus_topic)
+    try:
+        await events_store.append(conn, [event], topic=settings.bus_topic)
+    except events_store.RecipientMissing:  # deleted while this request ran
+        raise not_found(f"unknown agent '{event.agent_id}'") from None
 
 
 # --- friends -----------------------------------------------------------------------

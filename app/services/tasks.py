@@ -142,11 +142,21 @@ async def _replay_or_conflict(conn: asyncpg.Connection, message_id: str, fingerp
 
 
 async def _emit(conn: asyncpg.Connection, settings: Settings, event: NewEvent, *,
-                message_id: str | None = None) -> dict[str, Any]:
-    [written] = await events_store.append(conn, [event], topic=settings.bus_topic)
+                message_id: str | None = None,
+                allow_missing: bool = False) -> dict[str, Any] | None:
+    """Write the recipient's inbox event (and outbox row). A recipient that was
+    deleted is a 404 — or, with ``allow_missing``, no event at all (None)."""
+    try:
+        written = await events_store.append(conn, [event], topic=settings.bus_topic,
+                                            skip_missing=allow_missing)
+    except events_store.RecipientMissing:
+        raise not_found(f"agent '{event.agent_id}' no longer exists; nothing can be sent "
+                        "to it") from None
+    if not written:
+        return None
     if message_id is not None:
-        await tasks_store.set_message_seq(conn, message_id, written["seq"])
-    return written
+        await tasks_store.set_message_seq(conn, message_id, written[0]["seq"])
+    return written[0]
 
 
 # --- read ----------------------------------------------------------------------------
@@ -294,12 +304,13 @@ async def change_status(pool: asyncpg.Pool, settings: Settings, me: Agent, task_
         if updated is None:
             current = await tasks_store.get(conn, task_id)
             raise task_states.raise_lost_race(task["state"], current["state"] if current else "?")
+        # The other side may have been deleted: the task can still be closed.
         written = await _emit(conn, settings, NewEvent(
             agent_id=_other(me.agent_id, task), type="task.status", task_id=task_id,
             context_id=task["context_id"], from_agent_id=me.agent_id,
             payload={"state": body.state, "previous_state": task["state"],
-                     "message": message, "task": task_json(updated)}))
-        if message is not None:
+                     "message": message, "task": task_json(updated)}), allow_missing=True)
+        if message is not None and written is not None:
             await tasks_store.set_message_seq(conn, message["message_id"], written["seq"])
         return task_json(updated)
 
