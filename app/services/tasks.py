@@ -4,6 +4,8 @@ the outbox row together (DESIGN §1, §2)."""
 
 from __future__ import annotations
 
+import base64
+import binascii
 from datetime import datetime
 from typing import Any
 
@@ -211,14 +213,18 @@ async def list_tasks(pool: asyncpg.Pool, me: Agent, *, state: str | None,
 
 
 def encode_cursor(row: asyncpg.Record) -> str:
-    return f"{row['created_at'].isoformat()}|{row['task_id']}"
+    """Opaque and URL-safe (base64url, no padding): an ISO time's '+' would turn
+    into a space when a cursor is pasted into a query string unescaped."""
+    raw = f"{row['created_at'].isoformat()}|{row['task_id']}".encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
 def decode_cursor(cursor: str) -> tuple[datetime, str]:
     try:
-        stamp, task_id = cursor.split("|", 1)
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+        stamp, task_id = raw.split("|", 1)
         return datetime.fromisoformat(stamp), task_id
-    except ValueError as exc:
+    except (ValueError, binascii.Error) as exc:
         raise bad_request("invalid cursor; pass the next_cursor of a previous page") from exc
 
 
