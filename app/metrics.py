@@ -45,3 +45,11 @@ DEAD_LETTERS = Gauge(
     "agent_mesh_outbox_failed_total",
     "Outbox rows in the dead letter (status failed).",
 )
+SSE_CONNECTIONS = Gauge(
+    "agent_mesh_sse_connections",
+    "Open inbox SSE streams in this process.",
+)
+LONGPOLL_WAITING = Gauge(
+    "agent_mesh_longpoll_waiting",
+    "Long-polls parked waiting for an event in this process.",
+)

@@ -279,3 +279,31 @@ async def test_delivery_metrics_are_exposed(mesh, gateway: str) -> None:
     sent = [line for line in text.splitlines()
             if line.startswith('agent_mesh_outbox_dispatch_total{result="sent"}')]
     assert sent and float(sent[0].split()[-1]) >= 1
+
+
+async def test_disconnected_streams_free_their_waiters(mesh, gateway: str) -> None:
+    """Open streams show in the gauge; closing them gives everything back."""
+    a, b = await mesh.pair()
+
+    async def gauge() -> float:
+        async with httpx.AsyncClient(base_url=gateway) as client:
+            text = (await client.get("/metrics")).text
+        line = next(x for x in text.splitlines() if x.startswith("agent_mesh_sse_connections "))
+        return float(line.split()[-1])
+
+    base = await gauge()
+    clients = []
+    for _ in range(20):
+        client = httpx.AsyncClient(base_url=gateway, timeout=30)
+        clients.append(client)
+        resp = await client.send(client.build_request("GET", "/v1/mesh/inbox/stream",
+                                                      headers=b.headers), stream=True)
+        assert resp.status_code == 200
+    assert await until(lambda: _equals(gauge, base + 20))
+    for client in clients:
+        await client.aclose()
+    assert await until(lambda: _equals(gauge, base))
+
+
+async def _equals(get, expected: float) -> bool:
+    return await get() == expected

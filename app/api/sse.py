@@ -18,6 +18,7 @@ from starlette.routing import Route
 
 from app.api.deps import agent, doc, int_query, state
 from app.errors import Problem
+from app.metrics import SSE_CONNECTIONS
 from app.services import inbox
 from app.services.stream import InboxReader
 
@@ -47,21 +48,22 @@ async def stream(request: Request) -> Response:
     reader = InboxReader(s.pool, s.redis, me.agent_id, after)
 
     async def events() -> AsyncIterator[ServerSentEvent]:
-        async with s.hub.watch(me.agent_id) as waiter:
-            from_postgres = False
-            while True:
-                batch = await reader.next_batch(from_postgres=from_postgres)
+        with SSE_CONNECTIONS.track_inprogress():
+            async with s.hub.watch(me.agent_id) as waiter:
                 from_postgres = False
-                if batch:
-                    for ev in batch:
-                        yield ServerSentEvent(data=json.dumps(ev, separators=(",", ":")),
-                                              event=ev["type"], id=str(ev["seq"]))
-                    await inbox.record_delivery(s.pool, me.agent_id, batch)
-                    continue
-                woke = await waiter.wait(s.settings.sse_recheck_seconds)
-                # Without a wake-up for a while, look at Postgres directly: a
-                # notification lost with Redis must delay an event, never lose it.
-                from_postgres = not woke
+                while True:
+                    batch = await reader.next_batch(from_postgres=from_postgres)
+                    from_postgres = False
+                    if batch:
+                        for ev in batch:
+                            yield ServerSentEvent(data=json.dumps(ev, separators=(",", ":")),
+                                                  event=ev["type"], id=str(ev["seq"]))
+                        await inbox.record_delivery(s.pool, me.agent_id, batch)
+                        continue
+                    woke = await waiter.wait(s.settings.sse_recheck_seconds)
+                    # Without a wake-up for a while, look at Postgres directly: a
+                    # notification lost with Redis must delay an event, never lose it.
+                    from_postgres = not woke
 
     return EventSourceResponse(events(), ping=s.settings.sse_keepalive_seconds,
                                headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})

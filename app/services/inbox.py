@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 from typing import Any
 
@@ -10,7 +9,7 @@ import asyncpg
 
 from app.errors import not_found
 from app.inbox_hub import InboxHub
-from app.metrics import E2E_LATENCY
+from app.metrics import E2E_LATENCY, LONGPOLL_WAITING
 from app.services.principals import Agent
 from app.store import agents as agents_store
 from app.store import inbox as inbox_store
@@ -32,7 +31,7 @@ async def record_delivery(pool: asyncpg.Pool, agent_id: str, events: list[dict[s
         E2E_LATENCY.observe(max(latency, 0.0))
 
 
-async def read(pool: asyncpg.Pool, hub: InboxHub | None, me: Agent, *, after: int | None,
+async def read(pool: asyncpg.Pool, hub: InboxHub, me: Agent, *, after: int | None,
                limit: int, wait: float) -> dict[str, Any]:
     if after is None:
         after = await start_cursor(pool, me.agent_id)
@@ -43,28 +42,22 @@ async def read(pool: asyncpg.Pool, hub: InboxHub | None, me: Agent, *, after: in
     return {"events": events, "next_after": events[-1]["seq"] if events else after}
 
 
-async def _wait_for_events(pool: asyncpg.Pool, hub: InboxHub | None, agent_id: str, after: int,
+async def _wait_for_events(pool: asyncpg.Pool, hub: InboxHub, agent_id: str, after: int,
                            limit: int, wait: float) -> list[dict[str, Any]]:
     deadline = time.monotonic() + wait
-    if hub is None:  # no Redis: degrade to a slow re-check rather than fail
-        while time.monotonic() < deadline:
-            await asyncio.sleep(min(1.0, max(deadline - time.monotonic(), 0)))
+    with LONGPOLL_WAITING.track_inprogress():
+        async with hub.watch(agent_id) as waiter:
+            # Re-check after registering: an event committed between the first read
+            # and the registration would otherwise wait for the next one.
             events = await inbox_store.after(pool, agent_id, after, limit)
-            if events:
-                return events
-        return []
-    async with hub.watch(agent_id) as waiter:
-        # Re-check after registering: an event committed between the first read and
-        # the registration would otherwise wait for the next one.
-        events = await inbox_store.after(pool, agent_id, after, limit)
-        while not events:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                break
-            # Also re-read every few seconds: a lost notification (Redis restart,
-            # push worker down) delays an answer, it never loses it.
-            await waiter.wait(min(remaining, 5.0))
-            events = await inbox_store.after(pool, agent_id, after, limit)
+            while not events:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                # Also re-read every few seconds: a lost notification (Redis restart,
+                # push worker down) delays an answer, it never loses it.
+                await waiter.wait(min(remaining, 5.0))
+                events = await inbox_store.after(pool, agent_id, after, limit)
     return events
 
 
