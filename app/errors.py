@@ -109,10 +109,17 @@ async def handle_unexpected(request: Request, exc: Exception) -> Response:
                                          "and may be retried"))
 
 
+def _no_constants(name: str) -> Any:
+    # json.loads accepts NaN and ±Infinity by default; JSON (and jsonb) does not.
+    raise ValueError(f"{name} is not a JSON value")
+
+
 def parse_json_body(raw: bytes) -> Any:
     if not raw:
         raise bad_request("request body is empty; send a JSON object")
     try:
-        return json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        return json.loads(raw, parse_constant=_no_constants)
+    except RecursionError:
+        raise bad_request("request body is nested too deeply to parse") from None
+    except (UnicodeDecodeError, ValueError) as exc:  # JSONDecodeError is a ValueError
         raise bad_request(f"request body is not valid JSON: {exc}") from exc

@@ -55,4 +55,6 @@ def new_artifact_id() -> str:
 
 
 def is_valid_id(value: str) -> bool:
-    return bool(ID_RE.match(value))
+    # fullmatch: with re.match, the pattern's '$' also matches before a trailing
+    # newline, so "abc\n" passed.
+    return bool(ID_RE.fullmatch(value))

@@ -159,7 +159,7 @@ class ArtifactIn(Strict):
 
 
 class AckBody(Strict):
-    seq: Annotated[int, Field(ge=0)]
+    seq: Annotated[int, Field(ge=0, le=2**63 - 1)]
 
     @field_validator("seq", mode="before")
     @classmethod

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -26,6 +27,7 @@ from app.services.principals import Agent, Owner
 from app.settings import Settings
 
 M = TypeVar("M", bound=BaseModel)
+BIGINT_MAX = 2**63 - 1  # seqs are Postgres bigints
 
 
 @dataclass
@@ -41,10 +43,65 @@ def state(request: Request) -> State:
     return request.app.state.mesh  # type: ignore[no-any-return]
 
 
+# Deeper JSON than this is refused before validation (no real request needs it,
+# and every layer below — pydantic, the jsonb encoder, Postgres — recurses).
+MAX_JSON_DEPTH = 64
+
+
+def _unstorable(text: str) -> str | None:
+    if "\x00" in text:
+        return "contains a NUL character (\\u0000), which cannot be stored; remove it"
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return "contains a lone UTF-16 surrogate (not valid Unicode); send valid UTF-8"
+    return None
+
+
+def check_storable(data: Any) -> None:
+    """Refuse what Postgres cannot store — NUL characters and lone surrogates in
+    text and jsonb, non-finite numbers in jsonb — with a 422 naming the field,
+    instead of a 500 from the database. Iterative, so depth cannot crash it."""
+    stack: list[tuple[Any, str, int]] = [(data, "", 0)]
+    while stack:
+        value, where, depth = stack.pop()
+        if depth > MAX_JSON_DEPTH:
+            raise bad_request(f"request body is nested too deeply (more than {MAX_JSON_DEPTH} "
+                              f"levels, at '{where}')")
+        items: Any = ()
+        if isinstance(value, dict):
+            items = value.items()
+        elif isinstance(value, list):
+            items = enumerate(value)
+        elif isinstance(value, str):
+            why = _unstorable(value)
+            if why:
+                _refuse(where or "body", why)
+        elif isinstance(value, float) and not math.isfinite(value):
+            _refuse(where or "body", "is not a finite number")
+        for key, item in items:
+            field = f"{where}.{key}" if where else str(key)
+            if isinstance(key, str) and (why := _unstorable(key)):
+                _refuse(field, f"key {why}")
+            stack.append((item, field, depth + 1))
+
+
+def _refuse(field: str, why: str) -> None:
+    raise Problem(422, f"invalid request: {field}: {why}",
+                  errors=[{"field": field, "message": why}])
+
+
+def check_path_params(request: Request) -> None:
+    for name, value in request.path_params.items():
+        if isinstance(value, str) and (why := _unstorable(value)):
+            raise Problem(422, f"path parameter '{name}' {why}")
+
+
 async def body(request: Request, model: type[M]) -> M:
     data = parse_json_body(await request.body())
     if not isinstance(data, dict):
         raise bad_request("request body must be a JSON object")
+    check_storable(data)
     try:
         return model.model_validate(data)
     except ValidationError as exc:
@@ -60,6 +117,10 @@ def _bearer(request: Request) -> str:
 
 
 async def principal(request: Request) -> Owner | Agent:
+    """The caller. Every route with path parameters is authenticated, so this is
+    also where they are screened: a NUL byte in an id would reach Postgres as a
+    500, so it is a 422 here."""
+    check_path_params(request)
     cached = request.scope.get("mesh.principal")
     if cached is None:
         s = state(request)
@@ -120,8 +181,9 @@ def int_query(request: Request, name: str, *, default: int | None, minimum: int 
         value = int(raw)
     except ValueError:
         raise Problem(422, f"query parameter '{name}' must be an integer, got '{raw}'") from None
-    if value < minimum or (maximum is not None and value > maximum):
-        bound = f"between {minimum} and {maximum}" if maximum is not None else f">= {minimum}"
+    maximum = BIGINT_MAX if maximum is None else maximum
+    if value < minimum or value > maximum:
+        bound = f"between {minimum} and {maximum}"
         raise Problem(422, f"query parameter '{name}' must be {bound}, got {value}")
     return value
 

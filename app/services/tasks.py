@@ -223,6 +223,8 @@ def decode_cursor(cursor: str) -> tuple[datetime, str]:
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
         stamp, task_id = raw.split("|", 1)
+        if not ids.is_valid_id(task_id):
+            raise ValueError("not a task id")
         return datetime.fromisoformat(stamp), task_id
     except (ValueError, binascii.Error) as exc:
         raise bad_request("invalid cursor; pass the next_cursor of a previous page") from exc
