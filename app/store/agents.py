@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from typing import Any
 
 import asyncpg
@@ -114,3 +115,26 @@ def to_json(row: asyncpg.Record, *, private: bool = True) -> dict[str, Any]:
 
 def _iso(value: Any) -> str | None:
     return value.isoformat() if value is not None else None
+
+
+# --- cron: presence expiry and consumer lag ------------------------------------------
+
+async def expire_heartbeats(conn: Conn, cutoff: datetime, limit: int) -> list[str]:
+    """One bounded batch: active agents whose last heartbeat is older than ``cutoff``
+    become ``inactive``. Draining agents are left alone. A row another transaction
+    holds (a heartbeat in flight) is skipped; the condition is re-checked under the
+    row lock, so an agent that just heartbeated is never expired."""
+    rows = await conn.fetch(
+        "UPDATE agents SET status = 'inactive' WHERE agent_id IN ("
+        " SELECT agent_id FROM agents WHERE status = 'active' AND last_heartbeat_at < $1"
+        " ORDER BY last_heartbeat_at LIMIT $2 FOR UPDATE SKIP LOCKED)"
+        " AND status = 'active' AND last_heartbeat_at < $1 RETURNING agent_id",
+        cutoff, limit)
+    return [r["agent_id"] for r in rows]
+
+
+async def lagging(conn: Conn, limit: int) -> list[asyncpg.Record]:
+    """The ``limit`` agents furthest behind (inbox_seq - acked_seq > 0), largest first."""
+    return await conn.fetch(
+        "SELECT agent_id, inbox_seq - acked_seq AS lag FROM agents WHERE inbox_seq > acked_seq "
+        "ORDER BY lag DESC, agent_id LIMIT $1", limit)

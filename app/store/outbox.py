@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 import asyncpg
@@ -97,3 +98,48 @@ def row_json(row: asyncpg.Record) -> dict[str, Any]:
             "attempts": row["attempts"], "last_error": row["last_error"],
             "created_at": row["created_at"].isoformat(),
             "payload": row["payload"]}
+
+
+async def delete_sent_until(conn: Conn, cutoff: datetime, batch: int) -> int:
+    """Delete one bounded batch of rows sent before ``cutoff`` (an explicit instant,
+    so the cron job's clock is the caller's; short locks, the caller loops)."""
+    result = await conn.execute(
+        """
+        DELETE FROM outbox_events WHERE id IN (
+            SELECT id FROM outbox_events
+            WHERE status = 'sent' AND sent_at < $1
+            ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED)
+        """, cutoff, batch)
+    return int(result.split()[-1])
+
+
+async def failed_summary(conn: Conn) -> tuple[int, int]:
+    """(number of dead letters, highest dead-letter id or 0)."""
+    row = await conn.fetchrow(
+        "SELECT count(*) AS n, COALESCE(max(id), 0) AS top FROM outbox_events "
+        "WHERE status = 'failed'")
+    return int(row["n"]), int(row["top"])
+
+
+async def count_failed_between(conn: Conn, after_id: int, up_to_id: int) -> int:
+    """Dead letters with ``after_id < id <= up_to_id``."""
+    return int(await conn.fetchval(
+        "SELECT count(*) FROM outbox_events WHERE status = 'failed' AND id > $1 AND id <= $2",
+        after_id, up_to_id))
+
+
+async def oldest_pending_at(conn: Conn) -> datetime | None:
+    return await conn.fetchval(  # type: ignore[no-any-return]
+        "SELECT min(created_at) FROM outbox_events WHERE status = 'pending'")
+
+
+async def get_status(conn: Conn, row_id: int) -> str | None:
+    return await conn.fetchval(  # type: ignore[no-any-return]
+        "SELECT status FROM outbox_events WHERE id = $1", row_id)
+
+
+async def wake_relay(conn: Conn) -> None:
+    """NOTIFY the relays; delivered when (and only if) the caller's transaction commits."""
+    from app.store.events import WAKEUP_CHANNEL
+
+    await conn.execute("SELECT pg_notify($1, '')", WAKEUP_CHANNEL)

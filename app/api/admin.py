@@ -1,0 +1,55 @@
+"""Admin owners (``MESH_ADMIN_USERNAMES``): the outbox and its dead letters."""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from app.api.deps import admin, doc, int_query, json, state
+from app.errors import Problem
+from app.services import admin as admin_service
+
+
+@doc("Outbox rows by status (pending, sent, failed) and the age of the oldest pending one",
+     auth="admin", tag="admin")
+async def outbox(request: Request) -> Response:
+    await admin(request)
+    return json(await admin_service.outbox_overview(state(request).pool))
+
+
+@doc("Dead letters (failed outbox rows) with their errors, oldest first; page with "
+     "?after_id=<next_after_id>&limit=", auth="admin", tag="admin")
+async def dead_letters(request: Request) -> Response:
+    await admin(request)
+    after_id = int_query(request, "after_id", default=0, minimum=0)
+    limit = int_query(request, "limit", default=100, minimum=1, maximum=1000)
+    assert after_id is not None and limit is not None
+    return json(await admin_service.dead_letters(state(request).pool, after_id=after_id,
+                                                 limit=limit))
+
+
+@doc("Retry one dead letter: back to pending with a fresh attempt budget, relay woken",
+     auth="admin", tag="admin")
+async def retry_one(request: Request) -> Response:
+    await admin(request)
+    raw = request.path_params["row_id"]
+    try:
+        row_id = int(raw)
+    except ValueError:
+        raise Problem(422, f"an outbox row id is an integer, got '{raw}'") from None
+    return json(await admin_service.retry_one(state(request).pool, row_id))
+
+
+@doc("Retry every dead letter (back to pending, relay woken)", auth="admin", tag="admin")
+async def retry_all(request: Request) -> Response:
+    await admin(request)
+    return json(await admin_service.retry_all(state(request).pool))
+
+
+routes = [
+    Route("/v1/admin/outbox", outbox, methods=["GET"]),
+    Route("/v1/admin/outbox/dead", dead_letters, methods=["GET"]),
+    Route("/v1/admin/outbox/dead/retry", retry_all, methods=["POST"]),
+    Route("/v1/admin/outbox/dead/{row_id}/retry", retry_one, methods=["POST"]),
+]

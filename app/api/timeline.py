@@ -1,0 +1,27 @@
+"""Owner side: the message history of a context across your agents' tasks."""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from app.api.deps import doc, int_query, json, owner, state
+from app.errors import Problem
+from app.ids import is_valid_id
+from app.services import timeline
+
+
+@doc("Message history of a context, oldest first, across tasks your agents take part in "
+     "(?limit=, default 200)", auth="owner", tag="owners")
+async def context_timeline(request: Request) -> Response:
+    me = await owner(request)
+    context_id = request.path_params["context_id"]
+    if not is_valid_id(context_id):
+        raise Problem(422, "context_id is not a valid id")
+    limit = int_query(request, "limit", default=200, minimum=1, maximum=1000)
+    assert limit is not None
+    return json(await timeline.context_timeline(state(request).pool, me, context_id, limit))
+
+
+routes = [Route("/v1/contexts/{context_id}/timeline", context_timeline, methods=["GET"])]

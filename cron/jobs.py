@@ -1,0 +1,211 @@
+"""The cron jobs, as plain async functions (DESIGN §1 ``cron/``, issue 4).
+
+Each takes its pool, settings and, where time matters, ``now``: ``None`` in
+production means the database clock (the one that stamped the rows), and tests
+pass an instant in the future instead of sleeping 90 s or 24 h.
+
+Every job is idempotent and safe when several cron processes run it at once.
+Each batch is its own short transaction, claimed with ``FOR UPDATE SKIP
+LOCKED`` or re-checked under a row lock, so two runs split the work or find
+nothing left, and neither acts twice:
+
+* :func:`expire_heartbeats` — active agents silent for ``heartbeat_ttl_seconds``
+  become ``inactive``; ``draining`` agents are left alone.
+* :func:`time_out_tasks` — open tasks idle for ``task_timeout_seconds`` become
+  ``failed``; both agents get ``task.timeout`` (``app.services.tasks.time_out``).
+* :func:`prune_outbox` — ``sent`` outbox rows older than ``outbox_retention_days``
+  are deleted in bounded batches until a batch comes back short.
+* :func:`alert_dead_letters` — new dead letters since the last alert: one warning
+  log line and one Sentry message (counts only), whichever process notices first.
+* :func:`update_gauges` — ``agent_mesh_consumer_lag{agent_id}`` for the agents
+  furthest behind, ``agent_mesh_outbox_pending_total``, the dead-letter gauge.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timedelta
+from typing import Any
+from urllib.parse import urlsplit
+
+import asyncpg
+import redis.asyncio as aioredis
+import sentry_sdk
+
+from app.domain.task_states import OPEN
+from app.metrics import CONSUMER_LAG, DEAD_LETTERS, OUTBOX_PENDING, TASK_TIMEOUTS
+from app.services import tasks as tasks_service
+from app.settings import Settings
+from app.store import agents as agents_store
+from app.store import outbox as outbox_store
+from app.store import tasks as tasks_store
+
+log = logging.getLogger("mesh.cron")
+
+HEARTBEAT_BATCH = 1000
+TIMEOUT_BATCH = 100
+# A job never loops forever, whatever the data: the next run picks up the rest.
+MAX_BATCHES = 1000
+LAG_TOP_N = 500
+
+
+async def db_now(conn: asyncpg.Connection | asyncpg.Pool) -> datetime:
+    return await conn.fetchval("SELECT now()")  # type: ignore[no-any-return]
+
+
+# --- heartbeat expiry ----------------------------------------------------------------
+
+async def expire_heartbeats(pool: asyncpg.Pool, settings: Settings, *,
+                            now: datetime | None = None,
+                            batch: int = HEARTBEAT_BATCH) -> list[str]:
+    """Mark silent active agents inactive; return their ids."""
+    expired: list[str] = []
+    cutoff = (now or await db_now(pool)) - timedelta(seconds=settings.heartbeat_ttl_seconds)
+    for _ in range(MAX_BATCHES):
+        rows = await agents_store.expire_heartbeats(pool, cutoff, batch)
+        expired += rows
+        if len(rows) < batch:
+            break
+    if expired:
+        log.info("cron: %d agent(s) without a heartbeat for %d s marked inactive",
+                 len(expired), settings.heartbeat_ttl_seconds)
+    return expired
+
+
+# --- task activity timeout -----------------------------------------------------------
+
+async def time_out_tasks(pool: asyncpg.Pool, settings: Settings, *,
+                         now: datetime | None = None,
+                         batch: int = TIMEOUT_BATCH) -> list[str]:
+    """Fail open tasks idle longer than ``task_timeout_seconds``; return their ids.
+
+    Candidates are read in batches; each one is then locked, re-checked (still
+    open, still idle) and failed in its own transaction. A message appended
+    meanwhile holds the same row lock and refreshes ``updated_at``, so a task
+    that came back to life is never timed out; a second cron process waits on
+    the lock, then finds the task failed and skips it."""
+    cutoff = (now or await db_now(pool)) - timedelta(seconds=settings.task_timeout_seconds)
+    moved: list[str] = []
+    for _ in range(MAX_BATCHES):
+        candidates = await tasks_store.idle_open_tasks(pool, cutoff, batch)
+        for candidate in candidates:
+            task_id = candidate["task_id"]
+            try:
+                if await _time_out_one(pool, settings, task_id, cutoff):
+                    moved.append(task_id)
+                    TASK_TIMEOUTS.inc()
+            except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as exc:
+                # One bad row must not stop the others; it is tried again next run.
+                log.warning("cron: timing out task %s failed: %s", task_id, exc)
+        if len(candidates) < batch:
+            break
+    if moved:
+        log.info("cron: %d task(s) idle for %d s failed by timeout", len(moved),
+                 settings.task_timeout_seconds)
+    return moved
+
+
+async def _time_out_one(pool: asyncpg.Pool, settings: Settings, task_id: str,
+                        cutoff: datetime) -> bool:
+    async with pool.acquire() as conn, conn.transaction():
+        task = await tasks_store.get(conn, task_id, for_update=True)
+        if task is None or task["state"] not in OPEN or task["updated_at"] >= cutoff:
+            return False  # another cron process got it, or it saw activity meanwhile
+        return await tasks_service.time_out(conn, settings, task) is not None
+
+
+# --- outbox retention ----------------------------------------------------------------
+
+async def prune_outbox(pool: asyncpg.Pool, settings: Settings, *,
+                       now: datetime | None = None,
+                       batch: int | None = None) -> dict[str, int]:
+    """Delete sent rows older than the retention period, one short transaction per
+    batch, until a batch comes back short. Pending and failed rows are never touched."""
+    batch = batch or settings.outbox_retention_batch
+    cutoff = (now or await db_now(pool)) - timedelta(days=settings.outbox_retention_days)
+    deleted = batches = 0
+    for _ in range(MAX_BATCHES):
+        n = await outbox_store.delete_sent_until(pool, cutoff, batch)
+        deleted += n
+        batches += 1
+        if n < batch:
+            break
+    if deleted:
+        log.info("cron: pruned %d sent outbox row(s) older than %d day(s) in %d batch(es)",
+                 deleted, settings.outbox_retention_days, batches)
+    return {"deleted": deleted, "batches": batches}
+
+
+# --- dead-letter alert ---------------------------------------------------------------
+
+# KEYS[1] the high-water mark (highest dead-letter id already alerted on);
+# ARGV[1] the highest dead-letter id seen now. Moves the mark forward only and
+# returns the previous mark, or -1 when it was already there: of two processes
+# that saw the same new rows, exactly one gets to alert on them.
+ADVANCE_MARK_LUA = """
+local current = tonumber(redis.call('GET', KEYS[1]) or '0')
+local seen = tonumber(ARGV[1])
+if seen > current then
+  redis.call('SET', KEYS[1], ARGV[1])
+  return current
+end
+return -1
+"""
+
+
+def dead_letter_mark_key(settings: Settings) -> str:
+    """Per database: outbox ids mean nothing across two meshes sharing one Redis."""
+    database = urlsplit(settings.database_url).path.lstrip("/") or "default"
+    return f"mesh:cron:dead-letter-mark:{database}"
+
+
+async def alert_dead_letters(pool: asyncpg.Pool, redis: aioredis.Redis,
+                             settings: Settings) -> dict[str, int]:
+    """Alert once on dead letters that appeared since the last alert.
+
+    The mark is advanced before alerting, so a crash in between loses that alert
+    rather than repeating it; the ``agent_mesh_outbox_failed_total`` gauge still
+    shows the rows. Only counts leave the process, never a payload."""
+    total, top = await outbox_store.failed_summary(pool)
+    DEAD_LETTERS.set(total)
+    result = {"failed": total, "new": 0}
+    if top == 0:
+        return result
+    previous = int(await redis.eval(ADVANCE_MARK_LUA, 1, dead_letter_mark_key(settings), top))
+    if previous < 0:
+        return result
+    new = await outbox_store.count_failed_between(pool, previous, top)
+    result["new"] = new
+    if new:
+        text = (f"outbox: {new} new dead letter(s), {total} in total; inspect with "
+                "GET /v1/admin/outbox/dead and retry with POST /v1/admin/outbox/dead/retry")
+        log.warning(text)
+        sentry_sdk.capture_message(text, level="warning")
+    return result
+
+
+# --- gauges --------------------------------------------------------------------------
+
+# Labels this process exported last time, so agents that caught up (or were
+# deleted) disappear from /metrics instead of showing a stale lag forever.
+_lag_labels: set[str] = set()
+
+
+async def update_gauges(pool: asyncpg.Pool, *, top_n: int = LAG_TOP_N) -> dict[str, Any]:
+    """Consumer lag of the ``top_n`` agents furthest behind, and the outbox gauges."""
+    rows = await agents_store.lagging(pool, top_n)
+    counts = await outbox_store.counts(pool)
+    current = {r["agent_id"]: int(r["lag"]) for r in rows}
+    for agent_id in _lag_labels - current.keys():
+        try:
+            CONSUMER_LAG.remove(agent_id)
+        except KeyError:
+            pass
+    for agent_id, lag in current.items():
+        CONSUMER_LAG.labels(agent_id=agent_id).set(lag)
+    _lag_labels.clear()
+    _lag_labels.update(current)
+    OUTBOX_PENDING.set(counts["pending"])
+    DEAD_LETTERS.set(counts["failed"])
+    return {"lagging": len(current), "max_lag": max(current.values(), default=0),
+            "pending": counts["pending"], "failed": counts["failed"]}
