@@ -106,6 +106,8 @@ class Daemon:
         self._idle = asyncio.Event()
         self._idle.set()
         self._acked: int | None = None
+        self._ack_wanted: int | None = None
+        self._ack_signal = asyncio.Event()
 
     # -- control -------------------------------------------------------------
     @property
@@ -190,6 +192,7 @@ class Daemon:
         assert self.state is not None
         heartbeat = asyncio.create_task(self._heartbeat_loop(), name="meshd-heartbeat")
         refresher = asyncio.create_task(self._token_loop(), name="meshd-token")
+        acker = asyncio.create_task(self._ack_loop(), name="meshd-ack")
         consumer = asyncio.create_task(self._consume(), name="meshd-consumer")
         stop_wait = asyncio.create_task(self._stop.wait())
         code = 0
@@ -215,9 +218,9 @@ class Daemon:
                         "handler still running after the grace period; it is stopped "
                         "and its event runs again on the next start"
                     )
-            for task in (consumer, heartbeat, refresher, stop_wait):
+            for task in (consumer, heartbeat, refresher, acker, stop_wait):
                 task.cancel()
-            for task in (consumer, heartbeat, refresher, stop_wait):
+            for task in (consumer, heartbeat, refresher, acker, stop_wait):
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
             # 2. tell the gateway, 3. flush state
@@ -268,7 +271,10 @@ class Daemon:
                 return
             await asyncio.sleep(max(0.0, at - time.monotonic()))
             try:
+                before = auth.refreshes
                 await auth.token()
+                if auth.refreshes != before and auth.info is not None:
+                    log.info("token renewed (valid for %gs)", auth.info.expires_in)
             except MeshError as e:
                 log.warning("token refresh failed (retrying on the next request): %s", e)
                 await asyncio.sleep(self.opt.reconnect_initial)
@@ -367,12 +373,27 @@ class Daemon:
         """Handle one delivered event, keeping strict seq order."""
         state = self.state
         assert state is not None
-        if state.seen(event.seq, event.event_id):
-            self.stats.duplicates += 1
-            log.debug("seq %d (%s) already handled; skipped", event.seq, event.event_id)
-            return
         if state.cursor is not None and event.seq > state.cursor + 1:
             await self._fill_gap(event.seq)
+        await self._handle_once(event)
+
+    async def _handle_once(self, event: InboxEvent) -> None:
+        """Run the handler unless this event was handled before (by seq or by id)."""
+        state = self.state
+        assert state is not None
+        if state.cursor is not None and event.seq <= state.cursor:
+            self.stats.duplicates += 1
+            log.debug("seq %d already handled; skipped", event.seq)
+            return
+        if event.event_id in state.handled:
+            # Handled under another seq's cursor (e.g. a cursor restored from an older copy):
+            # not again — but the cursor moves past it, so order checks stay exact.
+            self.stats.duplicates += 1
+            log.info("event %s (seq %d) was handled before; skipped", event.event_id, event.seq)
+            state.record(event.seq, event.event_id)
+            state.save()
+            self._ack(event.seq)
+            return
         await self._handle(event)
 
     async def _fill_gap(self, upto: int) -> None:
@@ -394,8 +415,7 @@ class Daemon:
                 )
                 return
             for e in todo:
-                if not state.seen(e.seq, e.event_id):
-                    await self._handle(e)
+                await self._handle_once(e)
 
     async def _handle(self, event: InboxEvent) -> None:
         state = self.state
@@ -414,7 +434,7 @@ class Daemon:
             state.save()
             self.stats.handled += 1
             await self._flush_pending()
-            await self._ack(event.seq)
+            self._ack(event.seq)
         finally:
             self._idle.set()
 
@@ -484,8 +504,9 @@ class Daemon:
                 raise FatalError(f"the gateway rejected this agent's credentials: {e}") from e
             except MeshHTTPError as e:
                 log.error("dropped %s on task %s: %s", action["kind"], action.get("task_id"), e)
+            # Not saved right away: delivery is idempotent (same message_id), so if this
+            # pop is lost to a crash the reply is just sent again and recognised.
             state.pending.pop(0)
-            state.save()
 
     async def _deliver(self, action: dict[str, Any]) -> None:
         if action["kind"] == "reply":
@@ -517,16 +538,28 @@ class Daemon:
         except ConflictError as e:
             log.warning("could not fail task %s: %s", task_id, e)
 
-    async def _ack(self, seq: int) -> None:
-        try:
-            await self.client.ack(seq)
-            self._acked = seq
-        except AuthError as e:
-            raise FatalError(f"the gateway rejected this agent's credentials: {e}") from e
-        except MeshError as e:
-            # The local cursor is what guards against re-runs; the gateway's copy
-            # (receipts, resume point) catches up with the next ack.
-            log.warning("ack of seq %d failed: %s", seq, e)
+    def _ack(self, seq: int) -> None:
+        """Ask the ack loop to acknowledge up to ``seq`` (acks are coalesced)."""
+        if self._ack_wanted is None or seq > self._ack_wanted:
+            self._ack_wanted = seq
+        self._ack_signal.set()
+
+    async def _ack_loop(self) -> None:
+        # The local cursor is what guards against re-runs; the gateway's copy
+        # (receipts, the resume point of a fresh state) may lag and catches up here.
+        while True:
+            await self._ack_signal.wait()
+            self._ack_signal.clear()
+            seq = self._ack_wanted
+            if seq is None or (self._acked is not None and seq <= self._acked):
+                continue
+            try:
+                await self.client.ack(seq)
+                self._acked = seq
+            except MeshError as e:
+                log.warning("ack of seq %d failed: %s", seq, e)
+                await asyncio.sleep(self.opt.reconnect_initial)
+                self._ack_signal.set()
 
 
 def _unix_ms(created_at: str | None) -> int:

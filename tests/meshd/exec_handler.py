@@ -3,6 +3,7 @@
 Reads the event JSON on stdin. Behaviour by message text:
 - ``block``: the first time only (a marker file claimed with rename), report
   ``started <seq>`` to the probe and hang until killed;
+- ``slow``: report ``started <seq>``, take 1.5 s, then go on as below;
 - ``fail``: exit 3 with an error on stderr, every time;
 - anything else: append ``<seq> <event_id> <text>`` to $TEST_OUT, report
   ``done <seq>``, print ``re: <text>`` (the reply) for new tasks.
@@ -36,6 +37,9 @@ def main() -> int:
             probe(f"started {seq}")
             time.sleep(120)
             return 9
+    if text == "slow":
+        probe(f"started {seq}")
+        time.sleep(1.5)
     if text == "fail":
         print(f"cannot handle seq {seq}: no such skill", file=sys.stderr)
         return 3
