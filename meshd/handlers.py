@@ -15,6 +15,8 @@ import importlib.util
 import inspect
 import json
 import os
+import re
+import shlex
 import signal
 import sys
 from collections.abc import Callable, Mapping
@@ -91,13 +93,37 @@ def _kill_group(proc: asyncio.subprocess.Process, sig: int) -> None:
         os.killpg(proc.pid, sig)
 
 
+_SHELL_SYNTAX = re.compile(r"[|&;<>()$`\\*?\[\]{}!~#\n]")
+
+
+def direct_argv(command: str) -> list[str] | None:
+    """The argv to run ``command`` without a shell, or None when it needs one.
+
+    A plain command line (``llm -m gpt "be brief"``) runs directly, so the
+    program itself is the daemon's child and dies with it; pipes, ``;``,
+    redirections, variables or globs need ``/bin/sh``.
+    """
+    if _SHELL_SYNTAX.search(command):
+        return None
+    try:
+        argv = shlex.split(command)
+    except ValueError:
+        return None
+    if not argv or "=" in argv[0]:
+        return None
+    return argv
+
+
 class ExecHandler:
-    """Runs ``command`` in ``/bin/sh`` with the event JSON on stdin.
+    """Runs ``command`` with the event JSON on stdin.
 
     Exit 0: stdout (stripped) is the reply, empty means none. Non-zero exit or
     running past ``timeout`` fails the attempt with the exit code and the tail
     of stderr. The command runs in its own process group, which is killed on
-    timeout or cancellation, and dies with the daemon.
+    timeout or cancellation. A plain command line is executed directly and
+    dies with the daemon (Linux parent-death signal); a shell command line
+    (pipes, ``;``) runs under ``/bin/sh``, which dies with the daemon, but the
+    programs it started may run on — see docs/meshd.md.
     """
 
     def __init__(
@@ -114,19 +140,26 @@ class ExecHandler:
         self.env = dict(os.environ if env is None else env)
         self.cwd = cwd
         self._preexec = _parent_death_signal()
+        self._argv = direct_argv(command)
 
     async def __call__(self, event: InboxEvent, ctx: HandlerContext) -> Reply:
         env = {**self.env, **event_env(event, ctx.agent_id), "MESH_ATTEMPT": str(ctx.attempt)}
-        proc = await asyncio.create_subprocess_shell(
-            self.command,
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            env=env,
-            cwd=self.cwd,
-            start_new_session=True,
-            preexec_fn=self._preexec,
-        )
+        kw: dict[str, Any] = {
+            "stdin": asyncio.subprocess.PIPE,
+            "stdout": asyncio.subprocess.PIPE,
+            "stderr": asyncio.subprocess.PIPE,
+            "env": env,
+            "cwd": self.cwd,
+            "start_new_session": True,
+            "preexec_fn": self._preexec,
+        }
+        try:
+            if self._argv is not None:
+                proc = await asyncio.create_subprocess_exec(*self._argv, **kw)
+            else:
+                proc = await asyncio.create_subprocess_shell(self.command, **kw)
+        except OSError as e:
+            raise HandlerError(f"cannot run {self.command!r}: {e.strerror or e}") from e
         data = json.dumps(event.raw).encode()
         try:
             async with asyncio.timeout(self.timeout):

@@ -2,7 +2,7 @@
 
 Reads the event JSON on stdin. Behaviour by message text:
 - ``block``: the first time only (a marker file claimed with rename), report
-  ``started <seq>`` to the probe and hang until killed;
+  ``started <seq> <pid>`` to the probe and hang until killed;
 - ``slow``: report ``started <seq>``, take 1.5 s, then go on as below;
 - ``fail``: exit 3 with an error on stderr, every time;
 - anything else: append ``<seq> <event_id> <text>`` to $TEST_OUT, report
@@ -34,7 +34,7 @@ def main() -> int:
         except FileNotFoundError:
             pass
         else:
-            probe(f"started {seq}")
+            probe(f"started {seq} {os.getpid()}")
             time.sleep(120)
             return 9
     if text == "slow":

@@ -47,6 +47,23 @@ def mesh_env(url: str, api_key: str | None, tmp: Path, **extra: str) -> dict[str
     return env
 
 
+async def process_exit(pid: int, timeout: float = TIMEOUT) -> None:
+    """Await the end of any process (not only a child) through a pidfd."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return
+    loop = asyncio.get_running_loop()
+    done = loop.create_future()
+    loop.add_reader(fd, lambda: done.done() or done.set_result(None))
+    try:
+        async with asyncio.timeout(timeout):
+            await done
+    finally:
+        loop.remove_reader(fd)
+        os.close(fd)
+
+
 def mesh_cmd(*args: str) -> list[str]:
     return [sys.executable, "-m", "meshd.cli", *args]
 

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from meshd import MeshClient
-from tests.meshd.support import REPO, Probe, Proc, mesh_cmd, mesh_env
+from tests.meshd.support import REPO, Probe, Proc, mesh_cmd, mesh_env, process_exit
 
 EXEC = f"{sys.executable} {REPO / 'tests' / 'meshd' / 'exec_handler.py'}"
 FAST = ["--reconnect-initial", "0.2", "--reconnect-max", "2", "--heartbeat", "5"]
@@ -107,6 +107,8 @@ async def test_kill_9_mid_handler_then_restart_runs_each_event_once(pair, gatewa
                 assert len(await probe.wait_for(5, prefix="done ")) == 5
                 b.signal(signal.SIGKILL)
                 assert await b.wait() == -signal.SIGKILL
+                # the handler it was running died with it (it cannot finish behind our back)
+                await process_exit(int(started[0].split()[2]), timeout=10)
 
                 b = daemon(gateway, b_h, tmp_path, "B", "--exec", EXEC, **env)
                 await b.start()

@@ -3,7 +3,14 @@ from pathlib import Path
 
 import pytest
 
-from meshd.handlers import CallableHandler, ExecHandler, HandlerContext, HandlerError, load_callable
+from meshd.handlers import (
+    CallableHandler,
+    ExecHandler,
+    HandlerContext,
+    HandlerError,
+    direct_argv,
+    load_callable,
+)
 from meshd.models import InboxEvent
 
 EVENT = InboxEvent.from_json(
@@ -95,3 +102,15 @@ def test_load_callable(tmp_path):
         load_callable("nocolon")
     with pytest.raises(ValueError, match="no attribute"):
         load_callable("tests.meshd.sample_handlers:missing")
+
+
+def test_plain_command_lines_run_without_a_shell():
+    assert direct_argv('llm -m gpt-4o "be brief"') == ["llm", "-m", "gpt-4o", "be brief"]
+    assert direct_argv("python3 handler.py --x=1") == ["python3", "handler.py", "--x=1"]
+    for shell in ("jq .payload | llm", "a; b", "cat > out", "echo $HOME", "X=1 cmd", "ls *.py"):
+        assert direct_argv(shell) is None, shell
+
+
+async def test_missing_program_fails_the_attempt_clearly():
+    with pytest.raises(HandlerError, match="cannot run"):
+        await ExecHandler("no-such-program-xyz --flag")(EVENT, CTX)
