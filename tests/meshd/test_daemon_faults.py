@@ -1,0 +1,142 @@
+"""The daemon through faults: SSE cut, gateway killed and restarted, tokens expiring.
+
+The gateway here is real (its own uvicorn process, or the session's gateway
+behind a TCP relay that can cut connections and refuse the SSE path).
+"""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+
+from meshd import MeshClient
+from tests.meshd.support import GatewayProc, Probe, Proc, Proxy, mesh_cmd, mesh_env
+
+SSE = "following the SSE stream"
+FAST = ["--reconnect-initial", "0.3", "--reconnect-max", "2", "--poll-wait", "2"]
+
+
+def record_daemon(url: str, handle, tmp: Path, probe: Probe, *extra: str) -> Proc:
+    env = mesh_env(url, handle.api_key, tmp, TEST_OUT=str(tmp / "out"), TEST_PROBE=str(probe.path))
+    argv = mesh_cmd(
+        "daemon", "--handler", "tests.meshd.sample_handlers:record", "--no-reply",
+        "--state-dir", str(tmp / "state"), *FAST, *extra,
+    )  # fmt: skip
+    return Proc(argv, env, name="daemon")
+
+
+def handled_texts(tmp: Path) -> list[str]:
+    rows = [line.split(" ", 3) for line in (tmp / "out").read_text().splitlines()]
+    seqs = [int(r[0]) for r in rows]
+    assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs), "out of order or repeated"
+    assert len({r[1] for r in rows}) == len(rows), "an event id was handled twice"
+    return [r[3] for r in rows if r[2] == "task.created"]
+
+
+async def skip_backlog(url: str, handle) -> None:
+    async with MeshClient(url, api_key=handle.api_key) as c:
+        await c.ack((await c.me())["inbox_seq"])
+
+
+async def test_sse_cut_and_refused_falls_back_to_long_poll_and_comes_back(pair, gateway, tmp_path):
+    a_h, b_h = pair
+    await skip_backlog(gateway, b_h)
+    port = int(gateway.rsplit(":", 1)[1])
+    async with Proxy(port) as proxy, Probe(tmp_path / "p.sock") as probe:
+        d = record_daemon(proxy.url, b_h, tmp_path, probe)
+        try:
+            await d.start()
+            await d.wait_log(SSE)
+            async with MeshClient(gateway, api_key=a_h.api_key) as sender:
+                # SSE is cut and refused (503): the daemon must long-poll
+                proxy.blocked.add("/v1/mesh/inbox/stream")
+                mark = len(d.lines)
+                proxy.drop_all()
+                await d.wait_log("SSE unavailable", after=mark)
+                for i in range(10):
+                    await sender.send(b_h.agent_id, f"p{i}")
+                await probe.wait_for(10)
+                assert d.count(SSE) == 1, "no SSE while it is refused"
+                assert proxy.refused_requests >= 1
+                # SSE comes back: the daemon returns to it
+                mark = len(d.lines)
+                proxy.blocked.clear()
+                await d.wait_log(SSE, after=mark)
+                for i in range(10, 20):
+                    await sender.send(b_h.agent_id, f"p{i}")
+                await probe.wait_for(20)
+            d.signal(signal.SIGTERM)
+            assert await d.wait(timeout=20) == 0
+        finally:
+            print(d.log())
+            await d.stop()
+    assert handled_texts(tmp_path) == [f"p{i}" for i in range(20)]
+
+
+async def test_gateway_killed_and_restarted_nothing_lost(pair, gateway, migrated, tmp_path):
+    a_h, b_h = pair
+    await skip_backlog(gateway, b_h)
+    gw = GatewayProc(migrated)
+    await gw.start()
+    async with Probe(tmp_path / "p.sock") as probe:
+        d = record_daemon(gw.url, b_h, tmp_path, probe)
+        try:
+            await d.start()
+            await d.wait_log(SSE)
+            # messages go in through the session's gateway; the daemon's gateway is gw
+            async with MeshClient(gateway, api_key=a_h.api_key) as sender:
+                for i in range(5):
+                    await sender.send(b_h.agent_id, f"r{i}")
+                await probe.wait_for(5)
+                mark = len(d.lines)
+                await gw.kill()  # kill -9: the stream breaks mid-flight
+                await d.wait_log("SSE unavailable|gateway unreachable", after=mark)
+                for i in range(5, 15):
+                    await sender.send(b_h.agent_id, f"r{i}")  # while it is down
+                await gw.start()  # same port
+                await probe.wait_for(15)
+                await d.wait_log(SSE, after=mark)  # back on SSE
+                for i in range(15, 20):
+                    await sender.send(b_h.agent_id, f"r{i}")
+                await probe.wait_for(20)
+            modes = [line for line in d.lines[mark:] if "inbox:" in line]
+            assert SSE in modes[-1] and any("long-polling" in m or "unreachable" in m for m in modes)
+            d.signal(signal.SIGTERM)
+            assert await d.wait(timeout=20) == 0
+        finally:
+            print(d.log())
+            await d.stop()
+            await gw.kill()
+    assert handled_texts(tmp_path) == [f"r{i}" for i in range(20)]
+
+
+async def test_token_expiry_mid_stream(pair, gateway, migrated, tmp_path):
+    a_h, b_h = pair
+    await skip_backlog(gateway, b_h)
+    gw = GatewayProc(migrated, agent_token_ttl_seconds=3)
+    await gw.start()
+    async with Probe(tmp_path / "p.sock") as probe:
+        d = record_daemon(gw.url, b_h, tmp_path, probe, "--heartbeat", "1")
+        try:
+            await d.start()
+            await d.wait_log(SSE)
+            async with MeshClient(gateway, api_key=a_h.api_key) as sender:
+                for i in range(3):
+                    await sender.send(b_h.agent_id, f"t{i}")
+                await probe.wait_for(3)
+                # two renewals: the token the stream was opened with has expired by now
+                first = await d.wait_log("token renewed")
+                await d.wait_log("token renewed", after=d.lines.index(first) + 1)
+                for i in range(3, 6):
+                    await sender.send(b_h.agent_id, f"t{i}")
+                await probe.wait_for(6)
+            async with MeshClient(gw.url, api_key=b_h.api_key) as c:
+                assert (await c.me())["status"] == "active"  # heartbeats kept going
+            assert d.count("heartbeat failed") == 0
+            d.signal(signal.SIGTERM)
+            assert await d.wait(timeout=20) == 0
+        finally:
+            print(d.log())
+            await d.stop()
+            await gw.kill()
+    assert handled_texts(tmp_path) == [f"t{i}" for i in range(6)]
