@@ -35,9 +35,11 @@ locals {
   # to end on SIGTERM (clients resume from Last-Event-ID on another task).
   commands = {
     release = ["python", "-m", "app.migrate"]
-    web = ["uvicorn", "app.main:create_app", "--factory", "--host", "0.0.0.0", "--port", "8080",
+    web = [
+      "uvicorn", "app.main:create_app", "--factory", "--host", "0.0.0.0", "--port", "8080",
       "--no-access-log", "--proxy-headers", "--forwarded-allow-ips", "*",
-    "--timeout-graceful-shutdown", "30"]
+      "--timeout-graceful-shutdown", "30",
+    ]
     outbox = ["arq", "workers.relay.WorkerSettings"]
     push   = ["python", "-m", "workers.push"]
     cron   = ["arq", "cron.worker.WorkerSettings"]
