@@ -1,0 +1,175 @@
+"""The message bus between the outbox relay and the push fan-out.
+
+One small interface, two implementations: Kafka (:mod:`workers.bus_kafka`) for
+production and Redis Streams (:mod:`workers.bus_redis`) for embedded and small
+deployments. Both pass ``tests/test_bus_conformance.py``; a new bus is done when
+that suite passes. See ``docs/decisions/002-bus-interface.md``.
+
+Contract, for both implementations:
+
+* A record is ``(key, value)``: ``key`` is the recipient ``agent_id`` and decides
+  the order domain (records with one key are delivered in publish order),
+  ``value`` is the event JSON.
+* :meth:`Publisher.publish_batch` never raises for a record-level or broker
+  problem: it returns one result per record, in order. ``None`` means the
+  broker acknowledged the record durably (Kafka: acks=all, idempotent; Redis: as
+  durable as its persistence setting). An exception means *not acknowledged*:
+  the record may or may not have been written, and publishing it again is safe
+  because consumers drop a seq they already have. ``exc.retriable`` tells a
+  transient failure (broker down, timeout) from a record the bus will never take
+  (:class:`RecordRejected`, e.g. over ``max_record_bytes``).
+* When the broker is unreachable every record fails after at most about
+  ``publish_timeout`` seconds; the publisher reconnects by itself afterwards.
+* Delivery is at-least-once. :meth:`Subscriber.commit` marks deliveries done;
+  anything fetched and not committed is redelivered to the group after this
+  subscriber stops or dies (Kafka: when its partitions are reassigned; Redis: once
+  the entry has been pending for ``claim_idle`` seconds). Commit in fetch order:
+  on Kafka a commit covers every earlier delivery of the same partition.
+* Outages after :meth:`start` never raise from ``publish_batch``/``fetch``/
+  ``commit``: they show as failed records, empty fetches and (logged) lost
+  commits, which only cause redelivery.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from app.settings import Settings
+
+
+class PublishError(Exception):
+    """A record was not acknowledged by the bus. Publishing it again is safe."""
+
+    retriable: bool = True
+
+
+class BusUnavailable(PublishError):
+    """The broker could not be reached or did not answer within the timeout."""
+
+
+class RecordRejected(PublishError):
+    """The bus will never accept this record (e.g. it is too large): dead-letter it."""
+
+    retriable = False
+
+
+class BusStartError(Exception):
+    """``start()`` could not reach the broker or prepare the topic/stream."""
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """One record handed to a subscriber. ``partition``/``offset`` say where it
+    sits on the bus (Kafka partition and offset; for Redis ``0`` and the stream
+    entry id) and are what :meth:`Subscriber.commit` needs."""
+
+    key: str
+    value: bytes
+    partition: int
+    offset: int | str
+
+
+@dataclass(frozen=True, slots=True)
+class BusOptions:
+    """Knobs with safe defaults; tests shorten the timeouts."""
+
+    # Upper bound for one publish_batch call while the broker is unreachable.
+    publish_timeout: float = 10.0
+    # Bound for start(): connecting and creating the topic/stream/group.
+    connect_timeout: float = 10.0
+    # key + value bytes. A little over the 1 MiB HTTP body limit, so that any
+    # event built from an accepted request fits (the event JSON wraps the body).
+    max_record_bytes: int = 2 * 1024 * 1024
+    # Kafka: partitions and replication of the topic when we create it.
+    partitions: int = 8
+    replication_factor: int = 1
+    # Redis: approximate MAXLEN of the stream. Trimming drops the oldest entries
+    # even if unread; Postgres stays the history, so this only bounds memory.
+    stream_maxlen: int = 1_000_000
+    # Redis: an entry pending this long for any consumer is reclaimed, so a
+    # killed consumer's work is redelivered. Keep it above the longest time a
+    # live consumer may hold a fetched batch before committing.
+    claim_idle: float = 60.0
+    # Redis: how often fetch() looks for such entries.
+    claim_interval: float = 5.0
+
+
+class Publisher(Protocol):
+    async def start(self) -> None:
+        """Connect and make sure the topic/stream exists. Raises :class:`BusStartError`."""
+
+    async def stop(self) -> None:
+        """Release connections; bounded even while the broker is down."""
+
+    async def publish_batch(
+        self, records: Sequence[tuple[str, bytes]]
+    ) -> list[PublishError | None]:
+        """Publish ``(key, value)`` records; one result per record, in order
+        (``None`` = acknowledged). Never raises for broker or record problems."""
+        ...
+
+
+class Subscriber(Protocol):
+    async def start(self) -> None:
+        """Join the consumer group (creating topic/stream/group if missing).
+        Raises :class:`BusStartError`."""
+
+    async def stop(self) -> None:
+        """Leave the group; uncommitted deliveries go back to the group."""
+
+    async def fetch(self, max_records: int, wait: float) -> list[Delivery]:
+        """Long-poll: return up to ``max_records`` as soon as any are there, or
+        ``[]`` after ``wait`` seconds (also while the broker is unreachable)."""
+        ...
+
+    async def commit(self, deliveries: Sequence[Delivery]) -> None:
+        """Mark deliveries done so the group never redelivers them. A commit the
+        broker refuses (rebalance, outage) is logged, not raised: those records
+        are simply delivered again."""
+
+
+def record_too_large(key: str, value: bytes, limit: int) -> RecordRejected | None:
+    """The size rule both buses share, checked before anything is sent."""
+    size = len(key.encode()) + len(value)
+    if size > limit:
+        return RecordRejected(
+            f"record for key {key!r} is {size} bytes, over the bus limit of {limit} bytes "
+            "(BusOptions.max_record_bytes); it can never be published"
+        )
+    return None
+
+
+def create_publisher(settings: Settings, options: BusOptions | None = None) -> Publisher:
+    """The publisher for ``settings.bus_kind`` on ``settings.bus_topic``. Call ``start()``."""
+    options = options or BusOptions()
+    if settings.bus_kind == "kafka":
+        from workers.bus_kafka import KafkaPublisher
+
+        if not settings.kafka_bootstrap:
+            raise ValueError("bus is 'kafka' but MESH_KAFKA_BOOTSTRAP is not set")
+        return KafkaPublisher(settings.kafka_bootstrap, settings.bus_topic, options)
+    from workers.bus_redis import RedisPublisher
+
+    return RedisPublisher(settings.redis_url, settings.bus_topic, options)
+
+
+def create_subscriber(
+    settings: Settings, group: str, consumer_name: str, options: BusOptions | None = None
+) -> Subscriber:
+    """A member ``consumer_name`` of consumer ``group`` on ``settings.bus_topic``.
+    ``consumer_name`` should be unique per process (e.g. host + pid)."""
+    options = options or BusOptions()
+    if settings.bus_kind == "kafka":
+        from workers.bus_kafka import KafkaSubscriber
+
+        if not settings.kafka_bootstrap:
+            raise ValueError("bus is 'kafka' but MESH_KAFKA_BOOTSTRAP is not set")
+        return KafkaSubscriber(
+            settings.kafka_bootstrap, settings.bus_topic, group, consumer_name, options
+        )
+    from workers.bus_redis import RedisSubscriber
+
+    return RedisSubscriber(settings.redis_url, settings.bus_topic, group, consumer_name, options)

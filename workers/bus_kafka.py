@@ -1,0 +1,349 @@
+"""Kafka bus: an idempotent acks=all producer and a consumer group with explicit commits.
+
+Two aiokafka behaviours shape this module (aiokafka 0.14):
+
+* An idempotent producer never expires a batch: while the broker is down,
+  ``send()`` futures and ``stop()`` wait forever (aio-libs/aiokafka#1101). So a
+  publish is bounded by our own timeout, and a producer that missed it (or hit
+  any delivery error, e.g. OutOfOrderSequenceNumber after a broker blip) is
+  discarded and a fresh one is built on the next call.
+* A record over the size limit is refused by ``send()`` before it is buffered,
+  which keeps the producer healthy. A refusal by the *broker* would leave a gap
+  in the partition's sequence numbers and fail the records behind it, so the
+  client limit is kept at or below the topic's ``max.message.bytes``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+from aiokafka.errors import (
+    CommitFailedError,
+    IllegalStateError,
+    KafkaError,
+    MessageSizeTooLargeError,
+    RecordListTooLargeError,
+    TopicAlreadyExistsError,
+)
+
+from workers.bus import (
+    BusOptions,
+    BusStartError,
+    BusUnavailable,
+    Delivery,
+    PublishError,
+    RecordRejected,
+    record_too_large,
+)
+
+log = logging.getLogger(__name__)
+
+# What a batch and record header add to key + value on the wire (61-byte batch
+# header plus varints); headroom so a record of exactly max_record_bytes fits.
+_RECORD_OVERHEAD = 1024
+_MAX_BATCH_BYTES = 256 * 1024
+_NO_ERROR = 0
+
+
+async def ensure_topic(bootstrap: str, topic: str, options: BusOptions) -> int | None:
+    """Create ``topic`` unless it exists; return its ``max.message.bytes`` (None if unknown)."""
+    admin = AIOKafkaAdminClient(
+        bootstrap_servers=bootstrap, request_timeout_ms=int(options.connect_timeout * 1000)
+    )
+    try:
+        await admin.start()
+        response = await admin.create_topics([
+            NewTopic(
+                topic,
+                options.partitions,
+                options.replication_factor,
+                topic_configs={
+                    "max.message.bytes": str(options.max_record_bytes + _RECORD_OVERHEAD)
+                },
+            )
+        ])
+        for name, code, *message in response.topic_errors:
+            if code not in (_NO_ERROR, TopicAlreadyExistsError.errno):
+                raise KafkaError(f"creating topic {name!r} failed: error {code} {message}")
+        described = await admin.describe_configs(
+            [ConfigResource(ConfigResourceType.TOPIC, topic, {"max.message.bytes": None})]
+        )
+        for _code, _msg, _type, _name, entries in described[0].resources:
+            for config_name, value, *_ in entries:
+                if config_name == "max.message.bytes" and value:
+                    return int(value)
+        return None
+    finally:
+        await admin.close()
+
+
+def _rejected(exc: BaseException) -> RecordRejected:
+    err = RecordRejected(f"the broker will not take this record: {exc!r}")
+    err.__cause__ = exc
+    return err
+
+
+def _unavailable(message: str, cause: BaseException | None) -> BusUnavailable:
+    err = BusUnavailable(message)
+    err.__cause__ = cause
+    return err
+
+
+async def _abandon(producer: AIOKafkaProducer, grace: float) -> None:
+    """Close a producer without waiting for what it still holds.
+
+    aiokafka#1101: stop() first waits until every buffered batch is resolved,
+    which an idempotent producer never does while the broker is away. Failing
+    the batches ourselves trips aiokafka's bookkeeping for batches it already
+    retried, so we stop the sender task and close the connections instead; the
+    buffered futures stay pending and are dropped with the producer (callers
+    were already told those records were not acknowledged). Private
+    attributes, looked up defensively.
+    """
+    sender_task = getattr(getattr(producer, "_sender", None), "sender_task", None)
+    if isinstance(sender_task, asyncio.Task) and not sender_task.done():
+        sender_task.cancel()
+        await asyncio.wait([sender_task], timeout=grace)
+    producer._closed = True  # what stop() sets before flushing; silences __del__
+    try:
+        await asyncio.wait_for(producer.client.close(), grace)
+    except Exception as exc:  # a producer we throw away must not break the caller
+        log.warning("abandoned kafka producer did not close cleanly: %r", exc)
+
+
+async def _close_producer(producer: AIOKafkaProducer, grace: float) -> None:
+    """Graceful when the broker acknowledges what is buffered within ``grace``."""
+    try:
+        await asyncio.wait_for(producer.flush(), grace)
+    except TimeoutError:
+        await _abandon(producer, grace)
+        return
+    try:
+        await asyncio.wait_for(producer.stop(), grace)
+    except Exception as exc:
+        log.warning("kafka producer did not close cleanly: %r", exc)
+        await _abandon(producer, grace)
+
+
+class KafkaPublisher:
+    """Publishes to one topic; key = agent_id decides the partition, hence the order."""
+
+    def __init__(self, bootstrap: str, topic: str, options: BusOptions) -> None:
+        self._bootstrap = bootstrap
+        self._topic = topic
+        self._options = options
+        self._producer: AIOKafkaProducer | None = None
+        self._topic_limit: int | None = None
+        # One batch at a time: swapping a broken producer must not race a send.
+        self._lock = asyncio.Lock()
+
+    async def start(self) -> None:
+        try:
+            async with asyncio.timeout(self._options.connect_timeout):
+                self._topic_limit = await ensure_topic(self._bootstrap, self._topic, self._options)
+                self._producer = await self._new_producer()
+        except (TimeoutError, KafkaError, OSError) as exc:
+            raise BusStartError(
+                f"cannot reach Kafka at {self._bootstrap} to publish to {self._topic!r}: {exc!r}; "
+                "check MESH_KAFKA_BOOTSTRAP and that the broker is up"
+            ) from exc
+
+    async def stop(self) -> None:
+        async with self._lock:
+            producer, self._producer = self._producer, None
+            if producer is not None:
+                await _close_producer(producer, self._options.publish_timeout)
+
+    async def _new_producer(self) -> AIOKafkaProducer:
+        limit = self._options.max_record_bytes + _RECORD_OVERHEAD
+        if self._topic_limit is not None:
+            limit = min(limit, self._topic_limit)
+        producer = AIOKafkaProducer(
+            bootstrap_servers=self._bootstrap,
+            # aiokafka defaults to acks=1 without idempotence: a leader crash
+            # could lose an acked record, or a retry could duplicate it.
+            enable_idempotence=True,
+            acks="all",
+            max_request_size=limit,
+            max_batch_size=min(_MAX_BATCH_BYTES, limit),
+            request_timeout_ms=max(1000, int(self._options.publish_timeout * 1000)),
+            linger_ms=0,
+        )
+        try:
+            await producer.start()
+        except BaseException:
+            await _abandon(producer, 1.0)
+            raise
+        return producer
+
+    async def publish_batch(
+        self, records: Sequence[tuple[str, bytes]]
+    ) -> list[PublishError | None]:
+        results: list[PublishError | None] = [None] * len(records)
+        todo: list[int] = []
+        for i, (key, value) in enumerate(records):
+            rejected = record_too_large(key, value, self._options.max_record_bytes)
+            if rejected is not None:
+                results[i] = rejected
+            else:
+                todo.append(i)
+        if todo:
+            async with self._lock:
+                await self._publish(records, todo, results)
+        return results
+
+    async def _publish(
+        self,
+        records: Sequence[tuple[str, bytes]],
+        todo: list[int],
+        results: list[PublishError | None],
+    ) -> None:
+        timeout = self._options.publish_timeout
+        futures: dict[int, asyncio.Future[Any]] = {}
+        broken: BaseException | None = None
+        try:
+            async with asyncio.timeout(timeout):
+                if self._producer is None:
+                    self._producer = await self._new_producer()
+                producer = self._producer
+                for i in todo:
+                    key, value = records[i]
+                    try:
+                        futures[i] = await producer.send(self._topic, value, key=key.encode())
+                    except MessageSizeTooLargeError as exc:
+                        results[i] = _rejected(exc)
+                    except KafkaError as exc:
+                        # The producer itself is failing (dead sender, no
+                        # metadata, full buffer): stop feeding it.
+                        broken = exc
+                        break
+                if futures:
+                    await asyncio.wait(futures.values())
+        except TimeoutError:
+            broken = broken or TimeoutError(f"no acknowledgement within {timeout}s")
+        except (KafkaError, OSError) as exc:
+            broken = exc  # building the producer failed: the broker is unreachable
+
+        for i in todo:
+            if results[i] is not None:
+                continue
+            fut = futures.get(i)
+            if fut is None:
+                results[i] = _unavailable(f"not sent to Kafka: {broken!r}", broken)
+            elif not fut.done() or fut.cancelled():
+                results[i] = _unavailable(f"Kafka did not acknowledge within {timeout}s", broken)
+            elif (exc := fut.exception()) is not None:
+                # With idempotence aiokafka retries retriable errors itself, so
+                # a failed future means the producer's state is suspect.
+                broken = broken or exc
+                if isinstance(exc, MessageSizeTooLargeError | RecordListTooLargeError):
+                    results[i] = _rejected(exc)
+                else:
+                    results[i] = _unavailable(f"Kafka did not take the record: {exc!r}", exc)
+
+        if broken is not None and self._producer is not None:
+            producer, self._producer = self._producer, None
+            log.warning("kafka producer reset after %r; the next publish builds a new one", broken)
+            await _abandon(producer, min(timeout, 5.0))
+
+
+class KafkaSubscriber:
+    """One member of a consumer group; commits are explicit offsets (offset + 1)."""
+
+    def __init__(
+        self, bootstrap: str, topic: str, group: str, consumer_name: str, options: BusOptions
+    ) -> None:
+        self._bootstrap = bootstrap
+        self._topic = topic
+        self._group = group
+        self._name = consumer_name
+        self._options = options
+        self._consumer: AIOKafkaConsumer | None = None
+
+    async def start(self) -> None:
+        consumer: AIOKafkaConsumer | None = None
+        try:
+            async with asyncio.timeout(self._options.connect_timeout):
+                await ensure_topic(self._bootstrap, self._topic, self._options)
+                consumer = AIOKafkaConsumer(
+                    self._topic,
+                    bootstrap_servers=self._bootstrap,
+                    group_id=self._group,
+                    client_id=self._name,
+                    enable_auto_commit=False,
+                    # A new group starts from the oldest record: events published
+                    # before the first worker ever ran must still be delivered.
+                    auto_offset_reset="earliest",
+                )
+                await consumer.start()
+        except (TimeoutError, KafkaError, OSError) as exc:
+            if consumer is not None:
+                await consumer.stop()
+            raise BusStartError(
+                f"cannot join group {self._group!r} on Kafka {self._bootstrap}: {exc!r}"
+            ) from exc
+        self._consumer = consumer
+
+    async def stop(self) -> None:
+        consumer, self._consumer = self._consumer, None
+        if consumer is not None:
+            try:
+                await asyncio.wait_for(consumer.stop(), self._options.connect_timeout)
+            except (TimeoutError, KafkaError, OSError) as exc:
+                log.warning("kafka consumer %s did not leave its group cleanly: %r",
+                            self._name, exc)
+
+    async def fetch(self, max_records: int, wait: float) -> list[Delivery]:
+        consumer = self._require()
+        try:
+            batches = await consumer.getmany(
+                timeout_ms=int(wait * 1000), max_records=max_records
+            )
+        except KafkaError as exc:
+            log.warning("kafka fetch failed (will retry): %r", exc)
+            await asyncio.sleep(min(wait, 1.0))
+            return []
+        return [
+            Delivery(
+                key=rec.key.decode() if rec.key is not None else "",
+                value=rec.value if rec.value is not None else b"",
+                partition=tp.partition,
+                offset=rec.offset,
+            )
+            for tp, recs in batches.items()
+            for rec in recs
+        ]
+
+    async def commit(self, deliveries: Sequence[Delivery]) -> None:
+        consumer = self._require()
+        offsets: dict[TopicPartition, int] = {}
+        for d in deliveries:
+            tp = TopicPartition(self._topic, d.partition)
+            offsets[tp] = max(offsets.get(tp, 0), int(d.offset) + 1)
+        assigned = consumer.assignment()
+        moved = [tp.partition for tp in offsets if tp not in assigned]
+        if moved:
+            # Revoked in a rebalance: the new owner starts from the last commit.
+            log.info("kafka partitions %s moved to another member; they will be redelivered", moved)
+        offsets = {tp: off for tp, off in offsets.items() if tp in assigned}
+        if not offsets:
+            return
+        try:
+            # aiokafka retries a retriable commit error forever; bound it.
+            async with asyncio.timeout(self._options.publish_timeout):
+                await consumer.commit(offsets)
+        except (CommitFailedError, IllegalStateError) as exc:
+            log.warning("kafka commit lost to a rebalance; records will be redelivered: %r", exc)
+        except (TimeoutError, KafkaError) as exc:
+            log.warning("kafka commit failed; records may be redelivered: %r", exc)
+
+    def _require(self) -> AIOKafkaConsumer:
+        if self._consumer is None:
+            raise RuntimeError("KafkaSubscriber.start() was not called (or stop() was)")
+        return self._consumer
