@@ -153,6 +153,8 @@ async def read_sse(url: str, headers: dict[str, str], count: int,
             aconnect_sse(client, "GET", "/v1/mesh/inbox/stream", headers=hdrs) as source:
         async with asyncio.timeout(30):
             async for sse in source.aiter_sse():
+                if not sse.data:  # a keep-alive, as httpx-sse reports it after an id
+                    continue
                 events.append(json.loads(sse.data))
                 if len(events) == count:
                     break

@@ -150,6 +150,10 @@ class SseCollector:
                             await self.agent.refresh_token()
                             continue
                         async for sse in source.aiter_sse():
+                            if not sse.data:
+                                # httpx-sse turns a keep-alive comment into an empty
+                                # event once an id was seen; the SSE spec drops those.
+                                continue
                             try:
                                 event = json.loads(sse.data)
                                 if int(sse.id) != event["seq"]:
