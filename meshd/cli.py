@@ -219,6 +219,7 @@ def _config(args: argparse.Namespace, *, required: bool = True) -> Config:
 def make_client(args: argparse.Namespace, **kw: Any) -> MeshClient:
     cfg = _config(args)
     assert cfg.url is not None
+    kw.setdefault("max_attempts", 3)  # a person is waiting: fail within a second or two
     return MeshClient(cfg.url, api_key=cfg.api_key, token=cfg.token, **kw)
 
 
@@ -554,7 +555,7 @@ async def cmd_daemon(args: argparse.Namespace) -> int:
         shutdown_grace=args.grace,
         reply=not args.no_reply,
     )
-    async with make_client(args) as client:
+    async with make_client(args, max_attempts=5) as client:
         return await Daemon(client, handler, opts).run()
 
 
