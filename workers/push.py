@@ -28,8 +28,8 @@ from redis.exceptions import RedisError
 from app.inbox_hub import CHANNEL
 from app.metrics import DEDUP_HITS
 from app.settings import Settings, load_settings
-from workers.bus import BusStartError, Delivery, Subscriber, create_subscriber
-from workers.process import setup_process
+from workers.bus import Delivery, Subscriber, create_subscriber
+from workers.process import setup_process, start_bus_client
 
 log = logging.getLogger("mesh.push")
 
@@ -133,15 +133,7 @@ async def main(settings: Settings | None = None) -> None:
     setup_process(settings, "push")
     consumer = f"{socket.gethostname()}-{os.getpid()}"
     subscriber = create_subscriber(settings, settings.push_group, consumer)
-    delay = 0.5
-    while True:
-        try:
-            await subscriber.start()
-            break
-        except BusStartError as exc:
-            log.warning("push: bus not reachable yet (%s); retrying in %.1fs", exc, delay)
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 10)
+    await start_bus_client(subscriber.start, "push")
     redis = aioredis.from_url(settings.redis_url)
     push = Push(settings, redis, subscriber)
     loop = asyncio.get_running_loop()

@@ -30,7 +30,7 @@ from app.settings import Settings, load_settings
 from app.store import outbox as outbox_store
 from app.store.events import WAKEUP_CHANNEL
 from workers.bus import BusOptions, Publisher, PublishError, create_publisher
-from workers.process import arq_redis_settings, setup_process
+from workers.process import arq_redis_settings, setup_process, start_bus_client
 
 log = logging.getLogger("mesh.relay")
 
@@ -188,26 +188,12 @@ async def startup(ctx: dict[str, Any]) -> None:
     setup_process(settings, "outbox")
     pool = await db.create_pool(settings, min_size=1, max_size=4)
     publisher = create_publisher(settings, bus_options(settings))
-    await _start_publisher(publisher)
+    await start_bus_client(publisher.start, "outbox")
     relay = Relay(settings, pool, publisher)
     await relay.start()
     ctx.update(settings=settings, pool=pool, publisher=publisher, relay=relay)
     log.info("relay started: bus=%s batch=%d wakeup=%s", settings.bus_kind,
              settings.relay_batch_size, settings.relay_wakeup)
-
-
-async def _start_publisher(publisher: Publisher) -> None:
-    from workers.bus import BusStartError
-
-    delay = 0.5
-    while True:
-        try:
-            await publisher.start()
-            return
-        except BusStartError as exc:
-            log.warning("relay: bus not reachable yet (%s); retrying in %.1fs", exc, delay)
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 10)
 
 
 async def shutdown(ctx: dict[str, Any]) -> None:
