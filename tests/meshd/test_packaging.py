@@ -1,0 +1,37 @@
+"""``meshd`` installs on its own: its distribution declares only httpx, httpx-sse and mcp,
+and no module imports anything else outside the standard library (pydantic comes
+with mcp, whose tool-schema API is pydantic's ``Field``)."""
+
+from __future__ import annotations
+
+import ast
+import sys
+import tomllib
+
+from tests.meshd.support import REPO
+
+MESHD = REPO / "meshd"
+ALLOWED = {"meshd", "httpx", "httpx_sse", "mcp", "pydantic"}
+
+
+def test_distribution_metadata():
+    meta = tomllib.loads((MESHD / "pyproject.toml").read_text())
+    deps = {d.split(">")[0].split("<")[0].split("=")[0] for d in meta["project"]["dependencies"]}
+    assert deps == {"httpx", "httpx-sse", "mcp"}
+    assert meta["project"]["scripts"] == {"mesh": "meshd.cli:main"}
+    assert meta["tool"]["setuptools"]["package-dir"] == {"meshd": "."}
+
+
+def test_modules_import_only_the_stdlib_and_declared_dependencies():
+    for path in sorted(MESHD.glob("*.py")):
+        tree = ast.parse(path.read_text(), str(path))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            else:
+                continue
+            for name in names:
+                top = name.split(".")[0]
+                assert top in sys.stdlib_module_names or top in ALLOWED, f"{path.name}: {name}"
