@@ -356,3 +356,34 @@ async def test_moderately_deep_json_is_400(mesh):
 async def test_context_id_with_trailing_newline_is_refused(mesh):
     a, _ = await mesh.pair()
     problem(await a.get("/v1/mesh/tasks", params={"context_id": "abc\n"}), 422, "context_id")
+
+
+# --- every authenticated operation refuses a missing token -----------------------------
+
+async def _operations(mesh) -> list[tuple[str, str]]:
+    spec = ok(await mesh.http.get("/openapi.json"))
+    return [(method.upper(), path) for path, ops in spec["paths"].items()
+            for method, op in ops.items() if op.get("security")]
+
+
+def _fill(path: str) -> str:
+    return re.sub(r"{(\w+)}", lambda m: f"x-{m.group(1)}-1", path)
+
+
+async def test_every_authenticated_operation_needs_a_token(mesh):
+    operations = await _operations(mesh)
+    assert len(operations) >= len(DESIGN_PATHS)
+    for method, path in operations:
+        resp = await mesh.http.request(method, _fill(path), json={} if method != "GET" else None)
+        problem(resp, 401, "bearer")
+        assert resp.headers.get("www-authenticate") == "Bearer", (method, path)
+
+
+async def test_owner_operations_refuse_agent_tokens(mesh):
+    a, _ = await mesh.pair()
+    for method, path in await _operations(mesh):
+        if not path.startswith(("/v1/agents", "/v1/groups")):
+            continue
+        resp = await a.http.request(method, _fill(path), headers=a.headers,
+                                    json={} if method != "GET" else None)
+        problem(resp, 403, "owner token")

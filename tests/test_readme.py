@@ -103,3 +103,31 @@ async def test_walkthrough_failures_are_loud(shell_env):
     rc, out, err = await run_bash(walkthrough(), shell_env)
     assert rc != 0
     assert "is taken" in out + err
+
+
+# --- docs/api.md: every ```bash block, in order, after the walk-through -----------------
+
+API_DOC = README.parent / "docs" / "api.md"
+BASH_ONLY = re.compile(r"```bash\n(.*?)```", re.S)
+
+
+def api_doc_examples() -> list[str]:
+    return BASH_ONLY.findall(API_DOC.read_text())
+
+
+async def test_api_doc_examples_run(shell_env, uniq):
+    blocks = api_doc_examples()
+    assert len(blocks) >= 10
+    script = walkthrough() + "\n" + "\n".join(
+        f"echo '=== block {i}'\n{block}" for i, block in enumerate(blocks))
+    rc, out, err = await run_bash(script, shell_env)
+    assert rc == 0, f"docs/api.md example failed ({rc}):\n--- stdout\n{out[-4000:]}\n" \
+                    f"--- stderr\n{err[-4000:]}"
+    # Spot checks that the examples did what the text around them says.
+    assert f"human@alice{uniq}" in out                      # owner token = virtual user
+    assert '"state": "completed"' in out                    # the PR #8 task went all the way
+    assert '"artifact_id": "review"' in out
+    assert '"field":"message.parts.0"' in out and '"field":"urgent"' in out  # the 422 example
+    replay = re.findall(rf"^(review-pr-8-{uniq})$", out, re.M)
+    assert replay == [f"review-pr-8-{uniq}"]                # the retry printed the same task
+    assert "event: friend.accepted" in out or "event: task.created" in out  # SSE
