@@ -274,7 +274,7 @@ class MeshClient:
             delay = backoff.next()
             if isinstance(error, MeshHTTPError) and error.retry_after is not None:
                 delay = min(max(error.retry_after, 0.0), self._max_retry_after)
-            log.warning("%s %s failed (%s); retry %d in %.2fs", method, path, error, attempts, delay)
+            log.info("%s %s failed (%s); retry %d in %.2fs", method, path, error, attempts, delay)
             await asyncio.sleep(delay)
 
     async def _get(self, path: str, **params: Any) -> Any:

@@ -268,6 +268,7 @@ class Proxy:
         self.url = f"http://127.0.0.1:{self.port}"
         self.blocked: set[str] = set()
         self.refused_requests = 0
+        self.refused = asyncio.Event()  # set on the first refused request
         self._conns: set[asyncio.StreamWriter] = set()
         self._server: asyncio.AbstractServer | None = None
         self._tasks: set[asyncio.Task[None]] = set()
@@ -315,6 +316,7 @@ class Proxy:
                 body = await cr.readexactly(length) if length else b""
                 if path in self.blocked:
                     self.refused_requests += 1
+                    self.refused.set()
                     problem = json.dumps(
                         {"type": "about:blank", "title": "Service Unavailable", "status": 503,
                          "detail": "blocked by the test proxy"}
