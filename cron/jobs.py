@@ -194,7 +194,7 @@ _lag_labels: set[str] = set()
 async def update_gauges(pool: asyncpg.Pool, *, top_n: int = LAG_TOP_N) -> dict[str, Any]:
     """Consumer lag of the ``top_n`` agents furthest behind, and the outbox gauges."""
     rows = await agents_store.lagging(pool, top_n)
-    counts = await outbox_store.counts(pool)
+    pending, failed = await outbox_store.open_counts(pool)
     current = {r["agent_id"]: int(r["lag"]) for r in rows}
     for agent_id in _lag_labels - current.keys():
         try:
@@ -205,7 +205,7 @@ async def update_gauges(pool: asyncpg.Pool, *, top_n: int = LAG_TOP_N) -> dict[s
         CONSUMER_LAG.labels(agent_id=agent_id).set(lag)
     _lag_labels.clear()
     _lag_labels.update(current)
-    OUTBOX_PENDING.set(counts["pending"])
-    DEAD_LETTERS.set(counts["failed"])
+    OUTBOX_PENDING.set(pending)
+    DEAD_LETTERS.set(failed)
     return {"lagging": len(current), "max_lag": max(current.values(), default=0),
-            "pending": counts["pending"], "failed": counts["failed"]}
+            "pending": pending, "failed": failed}

@@ -133,12 +133,17 @@ async def main(settings: Settings | None = None) -> None:
     setup_process(settings, "push")
     consumer = f"{socket.gethostname()}-{os.getpid()}"
     subscriber = create_subscriber(settings, settings.push_group, consumer)
-    await start_bus_client(subscriber.start, "push")
     redis = aioredis.from_url(settings.redis_url)
     push = Push(settings, redis, subscriber)
     loop = asyncio.get_running_loop()
+    starting = asyncio.create_task(start_bus_client(subscriber.start, "push"))
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, push.stop)
+        loop.add_signal_handler(sig, lambda: (push.stop(), starting.cancel()))
+    try:
+        await starting
+    except asyncio.CancelledError:  # SIGTERM while waiting for the bus: nothing in flight
+        await redis.aclose()
+        return
     log.info("push started: bus=%s group=%s consumer=%s", settings.bus_kind,
              settings.push_group, consumer)
     try:

@@ -41,6 +41,7 @@ class Relay:
         self.pool = pool
         self.publisher = publisher
         self._wake = asyncio.Event()
+        self._stop = asyncio.Event()
         self._stopping = False
         self._listener: asyncpg.Connection | None = None
         self._task: asyncio.Task[None] | None = None
@@ -107,6 +108,7 @@ class Relay:
     async def stop(self) -> None:
         """Finish the batch in flight (its transaction commits or rolls back), then stop."""
         self._stopping = True
+        self._stop.set()
         self._wake.set()
         if self._task is not None:
             with contextlib.suppress(asyncio.CancelledError):
@@ -122,13 +124,18 @@ class Relay:
     def wake(self) -> None:
         self._wake.set()
 
+    async def _pause(self, seconds: float) -> None:
+        """Back off, but not past a stop request (SIGTERM must not wait 15 s)."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stop.wait(), seconds)
+
     async def _run(self) -> None:
         backoff = 0.1
         bus_backoff = 0.5
         last_gauge = 0.0
         while not self._stopping:
             if not self.bus_healthy:
-                await asyncio.sleep(bus_backoff)
+                await self._pause(bus_backoff)
                 bus_backoff = min(bus_backoff * 2, 15.0)
             else:
                 bus_backoff = 0.5
@@ -140,7 +147,14 @@ class Relay:
                 backoff = 0.1
             except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
                 log.warning("relay: database unavailable (%s); retrying in %.1fs", exc, backoff)
-                await asyncio.sleep(backoff)
+                await self._pause(backoff)
+                backoff = min(backoff * 2, 5.0)
+                continue
+            except Exception:
+                # Whatever it was, a relay that stops relaying while its process
+                # looks alive is the worst outcome: log it, back off, go on.
+                log.exception("relay: unexpected error; retrying in %.1fs", backoff)
+                await self._pause(backoff)
                 backoff = min(backoff * 2, 5.0)
                 continue
             now = time.monotonic()
@@ -152,9 +166,9 @@ class Relay:
 
     async def _update_gauges(self) -> None:
         with contextlib.suppress(Exception):
-            counts = await outbox_store.counts(self.pool)
-            OUTBOX_PENDING.set(counts["pending"])
-            DEAD_LETTERS.set(counts["failed"])
+            pending, failed = await outbox_store.open_counts(self.pool)
+            OUTBOX_PENDING.set(pending)
+            DEAD_LETTERS.set(failed)
 
     async def _listen(self) -> None:
         """Hold a LISTEN connection; reconnect when Postgres goes away."""
@@ -186,6 +200,7 @@ def _describe(error: PublishError) -> str:
 async def startup(ctx: dict[str, Any]) -> None:
     settings: Settings = ctx.get("settings") or load_settings()
     setup_process(settings, "outbox")
+    logging.getLogger("arq").handlers.clear()  # the root handler prints arq's lines already
     pool = await db.create_pool(settings, min_size=1, max_size=4)
     publisher = create_publisher(settings, bus_options(settings))
     await start_bus_client(publisher.start, "outbox")

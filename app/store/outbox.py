@@ -54,6 +54,16 @@ async def pending_count(conn: Conn) -> int:
     return int(await conn.fetchval("SELECT count(*) FROM outbox_events WHERE status = 'pending'"))
 
 
+async def open_counts(conn: Conn) -> tuple[int, int]:
+    """(pending, failed), each an index-only count over its partial index —
+    cheap enough for a gauge, unlike a GROUP BY over every sent row kept."""
+    row = await conn.fetchrow(
+        "SELECT (SELECT count(*) FROM outbox_events WHERE status = 'pending') AS pending, "
+        "(SELECT count(*) FROM outbox_events WHERE status = 'failed') AS failed")
+    assert row is not None
+    return int(row["pending"]), int(row["failed"])
+
+
 async def counts(conn: Conn) -> dict[str, int]:
     rows = await conn.fetch("SELECT status, count(*) AS n FROM outbox_events GROUP BY status")
     out = {"pending": 0, "sent": 0, "failed": 0}
