@@ -60,13 +60,17 @@ _kafka_admins: dict[tuple[str, int], AIOKafkaAdminClient] = {}
 _closing: set[asyncio.Task[None]] = set()
 
 
-async def _kafka_metadata(bootstrap: str, max_wait: float) -> None:
+async def _kafka_metadata(bootstrap: str, max_wait: float, security_protocol: str) -> None:
     key = (bootstrap, id(asyncio.get_running_loop()))
     admin = _kafka_admins.get(key)
     try:
         if admin is None:
-            admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap,
-                                        request_timeout_ms=max(1, int(max_wait * 1000)))
+            from workers.bus import BusOptions
+            from workers.bus_kafka import connection_options
+
+            admin = AIOKafkaAdminClient(
+                bootstrap_servers=bootstrap, request_timeout_ms=max(1, int(max_wait * 1000)),
+                **connection_options(BusOptions(security_protocol=security_protocol)))
             _kafka_admins[key] = admin
             await admin.start()  # bootstrap: ApiVersions + a metadata request
         await admin.describe_cluster()  # a metadata request to a live broker
@@ -106,7 +110,9 @@ async def check_bus(settings: Settings, redis: aioredis.Redis | None = None,
         if not settings.kafka_bootstrap:
             return {"status": "down", "latency_ms": 0.0,
                     "error": "bus is kafka but MESH_KAFKA_BOOTSTRAP is not set"}
-        status = await _timed(_kafka_metadata(settings.kafka_bootstrap, max_wait), max_wait)
+        status = await _timed(
+            _kafka_metadata(settings.kafka_bootstrap, max_wait, settings.kafka_security_protocol),
+            max_wait)
         status["kind"] = "kafka"
         return status
     if redis is not None:

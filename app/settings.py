@@ -19,6 +19,9 @@ class Settings(BaseSettings):
     database_url: str = "postgresql://postgres@127.0.0.1:5432/mesh"
     redis_url: str = "redis://127.0.0.1:6379/0"
     kafka_bootstrap: str | None = None
+    # "SSL" for brokers that only speak TLS (e.g. Amazon MSK on 9094); the
+    # system CA bundle verifies the broker.
+    kafka_security_protocol: Literal["PLAINTEXT", "SSL"] = "PLAINTEXT"
     # "auto": Kafka when kafka_bootstrap is set, else Redis Streams.
     bus: Literal["auto", "kafka", "redis"] = "auto"
     bus_topic: str = "inbox.events"

@@ -95,6 +95,18 @@ class BusOptions:
     claim_idle: float = 60.0
     # Redis: how often fetch() looks for such entries.
     claim_interval: float = 5.0
+    # Kafka: "PLAINTEXT" or "SSL".
+    security_protocol: str = "PLAINTEXT"
+
+    @classmethod
+    def from_settings(cls, settings: Settings, **overrides: object) -> BusOptions:
+        """The options the deployment configures (MESH_*); the rest keep their defaults."""
+        values: dict[str, object] = {
+            "max_record_bytes": settings.bus_max_record_bytes,
+            "security_protocol": settings.kafka_security_protocol,
+        }
+        values.update(overrides)
+        return cls(**values)  # type: ignore[arg-type]
 
 
 class Publisher(Protocol):
@@ -144,7 +156,7 @@ def record_too_large(key: str, value: bytes, limit: int) -> RecordRejected | Non
 
 def create_publisher(settings: Settings, options: BusOptions | None = None) -> Publisher:
     """The publisher for ``settings.bus_kind`` on ``settings.bus_topic``. Call ``start()``."""
-    options = options or BusOptions()
+    options = options or BusOptions.from_settings(settings)
     if settings.bus_kind == "kafka":
         from workers.bus_kafka import KafkaPublisher
 
@@ -161,7 +173,7 @@ def create_subscriber(
 ) -> Subscriber:
     """A member ``consumer_name`` of consumer ``group`` on ``settings.bus_topic``.
     ``consumer_name`` should be unique per process (e.g. host + pid)."""
-    options = options or BusOptions()
+    options = options or BusOptions.from_settings(settings)
     if settings.bus_kind == "kafka":
         from workers.bus_kafka import KafkaSubscriber
 

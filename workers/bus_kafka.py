@@ -51,10 +51,20 @@ _MAX_BATCH_BYTES = 256 * 1024
 _NO_ERROR = 0
 
 
+def connection_options(options: BusOptions) -> dict[str, Any]:
+    """TLS settings shared by every Kafka client we build."""
+    if options.security_protocol == "SSL":
+        from aiokafka.helpers import create_ssl_context
+
+        return {"security_protocol": "SSL", "ssl_context": create_ssl_context()}
+    return {"security_protocol": "PLAINTEXT"}
+
+
 async def ensure_topic(bootstrap: str, topic: str, options: BusOptions) -> int | None:
     """Create ``topic`` unless it exists; return its ``max.message.bytes`` (None if unknown)."""
     admin = AIOKafkaAdminClient(
-        bootstrap_servers=bootstrap, request_timeout_ms=int(options.connect_timeout * 1000)
+        bootstrap_servers=bootstrap, request_timeout_ms=int(options.connect_timeout * 1000),
+        **connection_options(options),
     )
     try:
         await admin.start()
@@ -174,6 +184,7 @@ class KafkaPublisher:
             max_batch_size=min(_MAX_BATCH_BYTES, limit),
             request_timeout_ms=max(1000, int(self._options.publish_timeout * 1000)),
             linger_ms=0,
+            **connection_options(self._options),
         )
         try:
             await producer.start()
@@ -280,6 +291,7 @@ class KafkaSubscriber:
                     # A new group starts from the oldest record: events published
                     # before the first worker ever ran must still be delivered.
                     auto_offset_reset="earliest",
+                    **connection_options(self._options),
                 )
                 await consumer.start()
         except (TimeoutError, KafkaError, OSError) as exc:

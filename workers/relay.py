@@ -29,7 +29,7 @@ from app.metrics import DEAD_LETTERS, OUTBOX_DISPATCH, OUTBOX_PENDING
 from app.settings import Settings, load_settings
 from app.store import outbox as outbox_store
 from app.store.events import WAKEUP_CHANNEL
-from workers.bus import BusOptions, Publisher, PublishError, create_publisher
+from workers.bus import Publisher, PublishError, create_publisher
 from workers.process import arq_redis_settings, setup_process, start_bus_client
 
 log = logging.getLogger("mesh.relay")
@@ -187,10 +187,6 @@ class Relay:
             await asyncio.sleep(0.5)
 
 
-def bus_options(settings: Settings) -> BusOptions:
-    return BusOptions(max_record_bytes=settings.bus_max_record_bytes)
-
-
 def _describe(error: PublishError) -> str:
     return f"{type(error).__name__}: {error}"[:2000]
 
@@ -202,7 +198,7 @@ async def startup(ctx: dict[str, Any]) -> None:
     setup_process(settings, "outbox")
     logging.getLogger("arq").handlers.clear()  # the root handler prints arq's lines already
     pool = await db.create_pool(settings, min_size=1, max_size=4)
-    publisher = create_publisher(settings, bus_options(settings))
+    publisher = create_publisher(settings)
     await start_bus_client(publisher.start, "outbox")
     relay = Relay(settings, pool, publisher)
     await relay.start()
