@@ -174,7 +174,7 @@ class ExecHandler:
             # Cancelled (daemon shutting down past its grace): take the whole group down.
             _kill_group(proc, signal.SIGTERM)
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(2):
+                async with asyncio.timeout(1):
                     await proc.wait()
             _kill_group(proc, signal.SIGKILL)
             raise
