@@ -152,9 +152,9 @@ resource "aws_msk_cluster" "main" {
 
   encryption_info {
     encryption_in_transit {
-      # Plaintext listeners (9092) inside the VPC, reachable from the app's
-      # security group only; broker-to-broker traffic is encrypted.
-      client_broker = "TLS_PLAINTEXT"
+      # Clients speak TLS only (9094, MESH_KAFKA_SECURITY_PROTOCOL=SSL);
+      # broker-to-broker traffic is encrypted too.
+      client_broker = "TLS"
       in_cluster    = true
     }
   }

@@ -154,7 +154,7 @@ locals {
   data_ports = {
     postgres = 5432
     redis    = 6379
-    kafka    = 9092
+    kafka    = 9094
   }
 }
 

@@ -30,7 +30,7 @@ output "redis_endpoint" {
 }
 
 output "kafka_bootstrap_brokers" {
-  value = aws_msk_cluster.main.bootstrap_brokers
+  value = aws_msk_cluster.main.bootstrap_brokers_tls
 }
 
 output "secret_arns" {
