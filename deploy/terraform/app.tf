@@ -49,11 +49,11 @@ locals {
 
   environment = merge(
     {
-      MESH_BUS                = "kafka"
-      MESH_KAFKA_BOOTSTRAP    = aws_msk_cluster.main.bootstrap_brokers_tls
+      MESH_BUS                     = "kafka"
+      MESH_KAFKA_BOOTSTRAP         = aws_msk_cluster.main.bootstrap_brokers_tls
       MESH_KAFKA_SECURITY_PROTOCOL = "SSL"
-      MESH_ADMIN_USERNAMES    = jsonencode(var.admin_usernames)
-      MESH_SENTRY_ENVIRONMENT = var.name
+      MESH_ADMIN_USERNAMES         = jsonencode(var.admin_usernames)
+      MESH_SENTRY_ENVIRONMENT      = var.name
     },
     var.extra_environment,
   )
