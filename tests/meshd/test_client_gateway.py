@@ -213,3 +213,10 @@ async def test_429_waits_for_retry_after(pair, migrated):
             assert all(r["agent_id"] == a_h.agent_id for r in results)
     finally:
         await gw.kill()
+
+
+async def test_owner_login_token_acts_as_the_human_agent(world, gateway):
+    async with MeshClient(gateway, token=world.alice.token) as human:
+        assert await human.agent_id() == world.alice.human
+        assert not human.auth.can_refresh  # a static token: a 401 would be final
+        assert (await human.me())["kind"] == "virtual-user"
