@@ -360,3 +360,18 @@ async def test_failed_friend_request_leaves_nothing(mesh, db):
                              a.agent_id) == 0
     assert await _snapshot(db, b.agent_id) == before
     ok(await a.post("/v1/mesh/friends/requests", {"to_agent_id": b.agent_id}), 201)
+
+
+async def test_crossing_friend_requests_make_one_friendship(mesh):
+    """a asks b while b asks a: whichever commits second accepts the first (the
+    rule for a request to an agent that already asked you), never a 409."""
+    alice, bob = await mesh.owner(), await mesh.owner()
+    pairs = [(await alice.agent(f"a{i}"), await bob.agent(f"b{i}")) for i in range(6)]
+    for a, b in pairs:
+        r1, r2 = await asyncio.gather(
+            a.post("/v1/mesh/friends/requests", {"to_agent_id": b.agent_id}),
+            b.post("/v1/mesh/friends/requests", {"to_agent_id": a.agent_id}))
+        assert sorted((r1.status_code, r2.status_code)) == [200, 201], (r1.text, r2.text)
+        assert r1.json()["request_id"] == r2.json()["request_id"]
+        friends = ok(await a.get("/v1/mesh/friends"))["friends"]
+        assert b.agent_id in {f["agent_id"] for f in friends}

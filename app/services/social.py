@@ -48,22 +48,33 @@ async def request_friend(pool: asyncpg.Pool, settings: Settings, me: Agent, to: 
             raise not_found(f"unknown agent '{to}'")
         existing = await social_store.get_friendship(conn, me.agent_id, to)
         if existing is not None:
-            if existing["status"] == "accepted":
-                raise conflict(f"'{me.agent_id}' and '{to}' are already friends",
-                               request_id=existing["request_id"])
-            if existing["requester"] == me.agent_id:
-                raise conflict(f"a friend request to '{to}' is already pending",
-                               request_id=existing["request_id"])
-            return await _accept(conn, settings, existing), False
+            return await _answer_existing(conn, settings, me, to, existing), False
         row = await social_store.create_request(conn, ids.new_request_id(), me.agent_id, to,
                                                 note or "")
         if row is None:
-            raise conflict(f"a friend request between '{me.agent_id}' and '{to}' was created "
-                           "concurrently; list your requests and retry")
+            # The other agent asked us at the same moment (its insert won the
+            # unique pair): now committed and visible, so treat it like any
+            # request that was there first.
+            existing = await social_store.get_friendship(conn, me.agent_id, to)
+            if existing is None:  # …and already gone again (rejected, removed)
+                raise conflict(f"a friend request between '{me.agent_id}' and '{to}' changed "
+                               "concurrently; retry")
+            return await _answer_existing(conn, settings, me, to, existing), False
         await _notify(conn, settings, NewEvent(
             agent_id=to, type="friend.request", from_agent_id=me.agent_id,
             payload={"request": request_json(row)}))
         return request_json(row), True
+
+
+async def _answer_existing(conn: asyncpg.Connection, settings: Settings, me: Agent, to: str,
+                           existing: asyncpg.Record) -> dict[str, Any]:
+    if existing["status"] == "accepted":
+        raise conflict(f"'{me.agent_id}' and '{to}' are already friends",
+                       request_id=existing["request_id"])
+    if existing["requester"] == me.agent_id:
+        raise conflict(f"a friend request to '{to}' is already pending",
+                       request_id=existing["request_id"])
+    return await _accept(conn, settings, existing)
 
 
 async def _accept(conn: asyncpg.Connection, settings: Settings,
