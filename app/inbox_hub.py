@@ -27,20 +27,36 @@ log = logging.getLogger("mesh.hub")
 CHANNEL = "mesh:inbox-notify"
 
 
+AUTH_CHANGED = "auth"
+
+
 def notification(agent_id: str, seq: int) -> str:
     return f"{agent_id} {seq}"
+
+
+async def publish_auth_change(redis: aioredis.Redis, agent_id: str) -> None:
+    """Tell every web process that an agent's credentials changed (a key revoked,
+    the agent deleted): its open streams re-check them now and end if invalid.
+    Best effort — open streams also re-check on their own every few minutes."""
+    try:
+        await redis.publish(CHANNEL, f"{agent_id} {AUTH_CHANGED}")
+    except (RedisError, OSError) as exc:
+        log.warning("could not publish the credential change of %s: %s", agent_id, exc)
 
 
 class Waiter:
     """One reader's wake-up flag; set by the hub, cleared by the reader."""
 
-    __slots__ = ("_event", "agent_id")
+    __slots__ = ("_event", "agent_id", "auth_changed")
 
     def __init__(self, agent_id: str) -> None:
         self.agent_id = agent_id
         self._event = asyncio.Event()
+        self.auth_changed = False
 
-    def wake(self) -> None:
+    def wake(self, *, auth: bool = False) -> None:
+        if auth:
+            self.auth_changed = True
         self._event.set()
 
     async def wait(self, timeout: float) -> bool:
@@ -89,9 +105,9 @@ class InboxHub:
     def watching(self) -> int:
         return sum(len(w) for w in self._waiters.values())
 
-    def _wake(self, agent_id: str) -> None:
+    def _wake(self, agent_id: str, *, auth: bool = False) -> None:
         for waiter in self._waiters.get(agent_id, ()):
-            waiter.wake()
+            waiter.wake(auth=auth)
 
     def _wake_all(self) -> None:
         for waiters in self._waiters.values():
@@ -113,7 +129,8 @@ class InboxHub:
                         continue
                     data = message["data"]
                     text = data.decode() if isinstance(data, bytes) else str(data)
-                    self._wake(text.split(" ", 1)[0])
+                    agent_id, _, what = text.partition(" ")
+                    self._wake(agent_id, auth=what == AUTH_CHANGED)
             except asyncio.CancelledError:
                 raise
             except (RedisError, OSError) as exc:

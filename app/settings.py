@@ -57,6 +57,9 @@ class Settings(BaseSettings):
     # An idle SSE connection re-checks Postgres this often, so an event whose
     # Redis copy was lost (Redis restart) still arrives without a newer one.
     sse_recheck_seconds: float = 30.0
+    # Open streams re-validate their credentials this often even without a
+    # revocation notice (which makes them re-check at once).
+    sse_auth_recheck_seconds: float = 300.0
     longpoll_max_wait_seconds: float = 30.0
     inbox_page_max: int = 500
 

@@ -309,3 +309,47 @@ async def test_disconnected_streams_free_their_waiters(mesh, gateway: str) -> No
 
 async def _equals(get, expected: float) -> bool:
     return await get() == expected
+
+
+# --- streams end with their credentials ---------------------------------------------------
+
+async def _stream_until_closed(url: str, headers: dict[str, str], started: asyncio.Event) -> int:
+    """Follow a stream until the server ends it; return how many events came."""
+    n = 0
+    async with httpx.AsyncClient(base_url=url, timeout=httpx.Timeout(10, read=60)) as client, \
+            aconnect_sse(client, "GET", "/v1/mesh/inbox/stream", headers=headers) as source:
+        started.set()
+        async for sse in source.aiter_sse():
+            if sse.data:
+                n += 1
+    return n
+
+
+@pytest.mark.parametrize("how", ["revoke-key", "delete-agent"])
+async def test_open_stream_ends_when_credentials_are_revoked(mesh, how: str) -> None:
+    owner = await mesh.owner()
+    a = await owner.agent("a")
+    b = await owner.agent("b")
+    await mesh.befriend(a, b)
+    started = asyncio.Event()
+    stream = asyncio.create_task(_stream_until_closed(str(mesh.http.base_url), b.headers, started))
+    await started.wait()
+    await a.send(b.agent_id, "before")
+    if how == "revoke-key":
+        resp = await owner.delete(f"/v1/agents/{b.agent_id}/keys/{b.key_id}")
+    else:
+        resp = await owner.delete(f"/v1/agents/{b.agent_id}")
+    assert resp.status_code == 204
+    # The notice makes the stream re-check at once (not at its 300 s safety re-check).
+    assert await asyncio.wait_for(stream, 20) >= 1
+    resp = await b.get("/v1/mesh/inbox/stream")
+    assert resp.status_code == 401
+
+
+async def test_open_stream_ends_when_its_token_expires(migrated: Settings, uniq: str) -> None:
+    settings = isolated(migrated, uniq, agent_token_ttl_seconds=2)
+    async with run_pipeline(settings) as pipe, MeshFactory.connect(pipe.url) as mesh:
+        a, b = await mesh.pair()
+        started = asyncio.Event()
+        n = await asyncio.wait_for(_stream_until_closed(pipe.url, b.headers, started), 30)
+        assert n == 1  # the friend request, then the stream closed at expiry

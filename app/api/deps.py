@@ -108,7 +108,7 @@ async def body(request: Request, model: type[M]) -> M:
         raise validation_problem(exc) from exc
 
 
-def _bearer(request: Request) -> str:
+def bearer(request: Request) -> str:
     header = request.headers.get("authorization", "")
     scheme, _, token = header.partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
@@ -124,7 +124,7 @@ async def principal(request: Request) -> Owner | Agent:
     cached = request.scope.get("mesh.principal")
     if cached is None:
         s = state(request)
-        cached = await accounts.resolve(s.pool, s.settings, _bearer(request))
+        cached = await accounts.resolve(s.pool, s.settings, bearer(request))
         request.scope["mesh.principal"] = cached
         if s.ratelimiter is not None:
             await _rate_limit(request, s, cached)

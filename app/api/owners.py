@@ -7,6 +7,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from app.api.deps import body, doc, json, owner, state
+from app.inbox_hub import publish_auth_change
 from app.schemas import AgentCreate, AgentPatch, FriendRequestCreate, GroupCreate, GroupMemberAdd
 from app.services import accounts, social
 from app.services.principals import Agent
@@ -48,7 +49,9 @@ async def patch_agent(request: Request) -> Response:
      tag="owners")
 async def delete_agent(request: Request) -> Response:
     me = await owner(request)
-    await accounts.delete_agent(state(request).pool, me, request.path_params["agent_id"])
+    s = state(request)
+    await accounts.delete_agent(s.pool, me, request.path_params["agent_id"])
+    await publish_auth_change(s.redis, request.path_params["agent_id"])
     return Response(status_code=204)
 
 
@@ -71,8 +74,10 @@ async def list_keys(request: Request) -> Response:
      tag="owners")
 async def revoke_key(request: Request) -> Response:
     me = await owner(request)
-    await accounts.revoke_key(state(request).pool, me, request.path_params["agent_id"],
+    s = state(request)
+    await accounts.revoke_key(s.pool, me, request.path_params["agent_id"],
                               request.path_params["key_id"])
+    await publish_auth_change(s.redis, request.path_params["agent_id"])
     return Response(status_code=204)
 
 

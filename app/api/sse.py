@@ -9,6 +9,7 @@ Idle streams cost one waiter each on the process's single Redis subscription
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import AsyncIterator
 
 from sse_starlette.sse import EventSourceResponse, ServerSentEvent
@@ -16,10 +17,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from app.api.deps import agent, doc, int_query, state
+from app.api.deps import agent, bearer, doc, int_query, state
 from app.errors import Problem
 from app.metrics import SSE_CONNECTIONS
-from app.services import inbox
+from app.security import decode_token
+from app.services import accounts, inbox
 from app.services.stream import InboxReader
 
 
@@ -47,10 +49,15 @@ async def stream(request: Request) -> Response:
         after = await inbox.start_cursor(s.pool, me.agent_id)
     reader = InboxReader(s.pool, s.redis, me.agent_id, after)
 
+    # The stream ends when the token expires or the credentials behind it are
+    # revoked; the client reconnects (with Last-Event-ID) using a fresh token.
+    expires_at = float(decode_token(s.settings, bearer(request))["exp"])
+
     async def events() -> AsyncIterator[ServerSentEvent]:
         with SSE_CONNECTIONS.track_inprogress():
             async with s.hub.watch(me.agent_id) as waiter:
                 from_postgres = False
+                checked_at = time.monotonic()
                 while True:
                     batch = await reader.next_batch(from_postgres=from_postgres)
                     from_postgres = False
@@ -60,7 +67,16 @@ async def stream(request: Request) -> Response:
                                                   event=ev["type"], id=str(ev["seq"]))
                         await inbox.record_delivery(s.pool, me.agent_id, batch)
                         continue
-                    woke = await waiter.wait(s.settings.sse_recheck_seconds)
+                    left = expires_at - time.time()
+                    if left <= 0:
+                        return
+                    woke = await waiter.wait(min(s.settings.sse_recheck_seconds, left))
+                    now = time.monotonic()
+                    if waiter.auth_changed or now - checked_at > s.settings.sse_auth_recheck_seconds:
+                        waiter.auth_changed = False
+                        checked_at = now
+                        if not await accounts.still_valid(s.pool, me):
+                            return
                     # Without a wake-up for a while, look at Postgres directly: a
                     # notification lost with Redis must delay an event, never lose it.
                     from_postgres = not woke

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import asyncpg
@@ -20,7 +21,9 @@ async def register(pool: asyncpg.Pool, settings: Settings, username: str,
                    password: str) -> dict[str, Any]:
     if not settings.registration_enabled:
         raise forbidden("registration is disabled on this mesh; ask its operator for an account")
-    password_hash = security.hash_password(password)
+    # argon2 is deliberately slow (~0.5 s): off the event loop, or every stream
+    # and request of this process would stall behind one login.
+    password_hash = await asyncio.to_thread(security.hash_password, password)
     async with pool.acquire() as conn, conn.transaction():
         user = await users_store.create(conn, username, password_hash,
                                         username in settings.admin_usernames)
@@ -38,7 +41,8 @@ async def register(pool: asyncpg.Pool, settings: Settings, username: str,
 async def login(pool: asyncpg.Pool, settings: Settings, username: str,
                 password: str) -> dict[str, Any]:
     user = await users_store.by_username(pool, username)
-    if not security.verify_password(user["password_hash"] if user else None, password):
+    if not await asyncio.to_thread(security.verify_password,
+                                   user["password_hash"] if user else None, password):
         raise unauthorized("wrong username or password")
     assert user is not None
     token, ttl = security.issue_token(settings, "owner", str(user["user_id"]))
@@ -74,6 +78,14 @@ async def resolve(pool: asyncpg.Pool, settings: Settings, token: str) -> Owner |
                                "get a new key from the agent's owner")
         return Agent(row["agent_id"], row["owner_id"], row["kind"], claims["kid"])
     raise unauthorized("token of an unknown kind")
+
+
+async def still_valid(pool: asyncpg.Pool, who: Agent) -> bool:
+    """Whether an already-authenticated agent's credentials still hold (long-lived
+    streams re-check after a revocation notice, and now and then anyway)."""
+    if who.key_id is None:  # an owner acting as its virtual user
+        return await agents_store.get(pool, who.agent_id) is not None
+    return await keys_store.live_agent(pool, who.key_id, who.agent_id) is not None
 
 
 async def virtual_user_of(pool: asyncpg.Pool, owner: Owner) -> Agent:
