@@ -140,11 +140,13 @@ async def test_cas_race_exactly_one_transition_wins(mesh, db):
 
 
 async def test_concurrent_transitions_without_orchestration(mesh):
-    """The same race, left to the scheduler, many times: never two winners."""
+    """The same race, left to the scheduler, many times: never two winners. (All
+    three moves end the task, so even one after another only the first is legal;
+    with submitted→working vs canceled, both could rightly succeed in turn.)"""
     a, b = await mesh.pair()
     for _ in range(8):
-        tid = await task_in_state(a, b, "submitted")
-        r1, r2, r3 = await asyncio.gather(move(b, tid, "working"), move(b, tid, "rejected"),
+        tid = await task_in_state(a, b, "working")
+        r1, r2, r3 = await asyncio.gather(move(b, tid, "completed"), move(b, tid, "failed"),
                                           move(a, tid, "canceled"))
         assert sorted(r.status_code for r in (r1, r2, r3)).count(200) == 1
         for r in (r1, r2, r3):
