@@ -1,0 +1,132 @@
+"""Where the CPU goes: CPU seconds per component over an interval, and how long
+each waited for a CPU.
+
+Other engineers' test suites share the two cores, so wall-clock throughput
+says as much about them as about us. CPU time spent per request is much less
+sensitive to that, and "run-queue wait" (``/proc/PID/task/*/schedstat``, the
+time a runnable thread waited for a core) tells a process that is slow
+because it is starved from one that is slow because it waits on I/O.
+
+A component is a root pid plus its descendants; CPU of children that already
+exited is included (``children_user``/``children_system`` of their parent).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import psutil
+
+
+@dataclass(frozen=True)
+class Usage:
+    cpu: float      # seconds on a CPU
+    wait: float     # seconds runnable but waiting for a CPU (living threads only)
+
+
+def _wait_seconds(pid: int) -> float:
+    total = 0
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                total += int(f.read().split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return total / 1e9
+
+
+def _usage(pid: int, *, with_children: bool = True) -> Usage:
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *(root.children(recursive=True) if with_children else [])]
+    except psutil.NoSuchProcess:
+        return Usage(0.0, 0.0)
+    cpu = wait = 0.0
+    for p in procs:
+        try:
+            t = p.cpu_times()
+            cpu += t.user + t.system
+            if with_children:
+                cpu += t.children_user + t.children_system
+            wait += _wait_seconds(p.pid)
+        except psutil.NoSuchProcess:
+            continue
+    return Usage(cpu, wait)
+
+
+class CpuMeter:
+    """``start()`` then ``stop()`` → CPU and wait seconds per component in between."""
+
+    def __init__(self, components: dict[str, tuple[int, bool]]) -> None:
+        # name → (root pid, include descendants)
+        self.components = {k: v for k, v in components.items() if v[0]}
+        self._start: dict[str, Usage] = {}
+
+    def start(self) -> None:
+        self._start = {k: _usage(pid, with_children=kids)
+                       for k, (pid, kids) in self.components.items()}
+
+    def stop(self) -> dict[str, Usage]:
+        out = {}
+        for k, (pid, kids) in self.components.items():
+            end = _usage(pid, with_children=kids)
+            begin = self._start.get(k, Usage(0.0, 0.0))
+            out[k] = Usage(max(0.0, end.cpu - begin.cpu), max(0.0, end.wait - begin.wait))
+        return out
+
+
+def machine_busy() -> tuple[float, float]:
+    """(user+system seconds of all CPUs, idle seconds of all CPUs) since boot."""
+    t = psutil.cpu_times()
+    return t.user + t.system + t.nice + t.irq + t.softirq + t.steal, t.idle + t.iowait
+
+
+@dataclass(frozen=True)
+class Interval:
+    wall: float
+    usage: dict[str, Usage]
+    machine_busy: float     # CPU seconds used by everything on the machine
+    machine_idle: float
+
+    @property
+    def ours(self) -> float:
+        return sum(u.cpu for u in self.usage.values())
+
+    @property
+    def others(self) -> float:
+        """CPU seconds used by processes that are not part of this bench (other test runs)."""
+        return max(0.0, self.machine_busy - self.ours)
+
+    def per(self, n: int, name: str) -> float:
+        """CPU milliseconds of component ``name`` per unit of work."""
+        return 1000 * self.usage[name].cpu / n if n else float("nan")
+
+    def share(self, name: str) -> tuple[float, float]:
+        """(% of one core used, % of wall time waiting for a core)."""
+        u = self.usage[name]
+        return 100 * u.cpu / self.wall, 100 * u.wait / self.wall
+
+
+class Measure:
+    """Context manager: ``with Measure(meter) as m: ...`` then ``m.result``."""
+
+    def __init__(self, meter: CpuMeter) -> None:
+        self.meter = meter
+        self.result: Interval | None = None
+
+    def __enter__(self) -> Measure:
+        import time
+
+        self._t0 = time.perf_counter()
+        self._m0 = machine_busy()
+        self.meter.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        import time
+
+        usage = self.meter.stop()
+        m1 = machine_busy()
+        self.result = Interval(time.perf_counter() - self._t0, usage, m1[0] - self._m0[0],
+                               m1[1] - self._m0[1])

@@ -1,0 +1,86 @@
+"""Shared pieces of the scenarios: who talks to whom, one send, one SSE follower.
+
+Agents are made through the real HTTP API with the test harness
+(``tests.support.load.build_cast``: one owner's agents in one group, so every
+sender may message every recipient); the hot path then uses the lean client
+of ``bench.client``.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+import asyncpg
+
+from bench.client import Client, Response, SseEvent, SseStream
+from tests.support.load import build_cast
+from tests.support.meshapi import MeshFactory
+
+TEXT = "benchmark message " + "x" * 80   # ~100-byte text part, like a short instruction
+
+
+@dataclass(frozen=True)
+class Agent:
+    agent_id: str
+    headers: dict[str, str]
+    api_key: str = ""
+
+
+@dataclass(frozen=True)
+class Cast:
+    owner: str
+    senders: list[Agent]
+    recipients: list[Agent]
+
+
+async def make_cast(base_url: str, n_senders: int, n_recipients: int) -> Cast:
+    async with MeshFactory.connect(base_url) as mesh:
+        cast = await build_cast(mesh, n_senders, n_recipients)
+    return Cast(cast.owner.username,
+                [Agent(a.agent_id, a.headers, a.api_key) for a in cast.senders],
+                [Agent(a.agent_id, a.headers, a.api_key) for a in cast.recipients])
+
+
+def new_message_id() -> str:
+    return f"m-bench-{uuid.uuid4().hex}"
+
+
+async def send(client: Client, sender: Agent, to: str, message_id: str) -> Response:
+    body = {"to_agent_id": to, "message": {"message_id": message_id,
+                                           "parts": [{"kind": "text", "text": TEXT}]}}
+    return await client.request("POST", "/v1/mesh/tasks", sender.headers, body)
+
+
+async def inbox_seqs(database_url: str, agent_ids: list[str]) -> dict[str, int]:
+    """Where each inbox stands now, so a stream can start after it (no replay)."""
+    conn = await asyncpg.connect(database_url)
+    try:
+        rows = await conn.fetch("SELECT agent_id, inbox_seq FROM agents WHERE agent_id = ANY($1)",
+                                agent_ids)
+    finally:
+        await conn.close()
+    return {r["agent_id"]: r["inbox_seq"] for r in rows}
+
+
+async def open_stream(base_url: str, agent: Agent, after: int,
+                      on_event: Callable[[SseStream, SseEvent], None] | None = None) -> SseStream:
+    url = urlsplit(base_url)
+    stream = await SseStream.open(url.hostname or "127.0.0.1", url.port or 80,
+                                  f"/v1/mesh/inbox/stream?after={after}", agent.headers, on_event)
+    status = await stream.status
+    if status != 200:
+        stream.close()
+        raise RuntimeError(f"SSE for {agent.agent_id}: HTTP {status}")
+    return stream
+
+
+def message_id_of(event: SseEvent) -> str | None:
+    try:
+        data = json.loads(event.data)
+        return data["payload"]["message"]["message_id"]  # type: ignore[no-any-return]
+    except (ValueError, KeyError, TypeError):
+        return None

