@@ -163,7 +163,8 @@ class AckBody(Strict):
 
     @field_validator("seq", mode="before")
     @classmethod
-    def no_bool(cls, value: Any) -> Any:
-        if isinstance(value, bool):
-            raise ValueError("seq must be an integer")
+    def integer_only(cls, value: Any) -> Any:
+        # JSON booleans and numeric strings are not seqs; say so instead of coercing.
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError("seq must be a JSON integer")
         return value

@@ -67,4 +67,4 @@ def derived_message_id(agent_id: str, key: str, *, unix_ms: int = 0) -> str:
 
 
 def is_valid_id(value: str) -> bool:
-    return bool(ID_RE.match(value))
+    return bool(ID_RE.fullmatch(value))  # match() with '$' would accept a trailing newline

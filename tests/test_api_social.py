@@ -214,7 +214,14 @@ async def test_group_lifecycle_and_group_messaging(mesh):
     problem(await b.get(f"/v1/mesh/groups/{gid}/roster"), 404, gid)
     problem(await alice.delete(f"/v1/groups/{gid}/members/{b.agent_id}"), 404, "not a member")
 
+    seqs = {x.agent_id: ok(await x.get("/v1/mesh/me"))["inbox_seq"] for x in (a1, a2, b)}
     assert (await alice.delete(f"/v1/groups/{gid}")).status_code == 204
+    # Every remaining member hears of the deletion once; b, removed before, does not.
+    for member in (a1, a2):
+        [gone] = (await member.inbox(after=seqs[member.agent_id]))["events"]
+        assert gone["type"] == "group.notice" and gone["payload"] == {
+            "group_id": gid, "name": "Crew", "notice": "deleted"}
+    assert (await b.inbox(after=seqs[b.agent_id]))["events"] == []
     problem(await alice.get(f"/v1/groups/{gid}"), 404, gid)
     problem(await a1.post("/v1/mesh/tasks", {"to_agent_id": a2.agent_id,
                                              "message": text_message("x")}), 403)

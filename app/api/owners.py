@@ -148,7 +148,8 @@ async def get_group(request: Request) -> Response:
 @doc("Delete a group you own", auth="owner", status=204, tag="groups")
 async def delete_group(request: Request) -> Response:
     me = await owner(request)
-    await social.delete_group(state(request).pool, me, request.path_params["group_id"])
+    s = state(request)
+    await social.delete_group(s.pool, s.settings, me, request.path_params["group_id"])
     return Response(status_code=204)
 
 

@@ -214,9 +214,18 @@ async def owner_group(pool: asyncpg.Pool, owner: Owner, group_id: str) -> dict[s
     return {**group_json(group), "members": [roster_json(m) for m in members]}
 
 
-async def delete_group(pool: asyncpg.Pool, owner: Owner, group_id: str) -> None:
-    if not await social_store.delete_group(pool, group_id, owner.user_id):
-        raise not_found(f"no group '{group_id}' owned by you")
+async def delete_group(pool: asyncpg.Pool, settings: Settings, owner: Owner,
+                       group_id: str) -> None:
+    """Delete a group and tell its members (one group.notice each) in the same
+    transaction: members learn they no longer share it."""
+    async with pool.acquire() as conn, conn.transaction():
+        group = await _owned_group(conn, owner, group_id)
+        members = await social_store.member_ids(conn, group_id)
+        await social_store.delete_group(conn, group_id, owner.user_id)
+        await events_store.append(conn, [
+            NewEvent(agent_id=m, type="group.notice", from_agent_id=None,
+                     payload={"group_id": group_id, "name": group["name"], "notice": "deleted"})
+            for m in sorted(members)], topic=settings.bus_topic, skip_missing=True)
 
 
 def roster_json(r: asyncpg.Record) -> dict[str, Any]:
