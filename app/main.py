@@ -26,6 +26,7 @@ from app.inbox_hub import InboxHub
 from app.middleware import ProblemBodyLimit, RequestMetrics
 from app.observability import init_sentry, setup_logging
 from app.ratelimit import RateLimiter
+from app.relay_wakeup import RelayWakeup
 from app.settings import Settings, load_settings
 
 log = logging.getLogger("mesh.app")
@@ -66,11 +67,14 @@ def create_app(settings: Settings | None = None) -> Starlette:
         hub = InboxHub(settings.redis_url)
         await hub.start()
         limiter = RateLimiter(redis, settings) if settings.ratelimit_enabled else None
+        wakeup = RelayWakeup(pool)
+        await wakeup.start()
         app.state.mesh = State(settings=settings, pool=pool, redis=redis, hub=hub,
-                               ratelimiter=limiter)
+                               ratelimiter=limiter, wakeup=wakeup)
         try:
             yield
         finally:
+            await wakeup.stop()
             await close_bus_probes()
             await hub.stop()
             await redis.aclose()

@@ -100,6 +100,7 @@ async def time_out_tasks(pool: asyncpg.Pool, settings: Settings, *,
         if len(candidates) < batch:
             break
     if moved:
+        await outbox_store.wake_relay(pool)  # the task.timeout events, now rather than at the sweep
         log.info("cron: %d task(s) idle for %d s failed by timeout", len(moved),
                  settings.task_timeout_seconds)
     return moved

@@ -353,3 +353,18 @@ async def test_open_stream_ends_when_its_token_expires(migrated: Settings, uniq:
         started = asyncio.Event()
         n = await asyncio.wait_for(_stream_until_closed(pipe.url, b.headers, started), 30)
         assert n == 1  # the friend request, then the stream closed at expiry
+
+
+async def test_relay_is_woken_after_each_commit_not_by_its_sweep(migrated: Settings,
+                                                                  uniq: str) -> None:
+    """With the safety-net sweep at 10 minutes, every send still reaches the SSE
+    client: the web process wakes the relay after each commit."""
+    settings = isolated(migrated, uniq, relay_sweep_seconds=600.0)
+    async with run_pipeline(settings) as pipe, MeshFactory.connect(pipe.url) as mesh:
+        a, b = await mesh.pair()
+        for i in range(3):
+            await a.send(b.agent_id, f"m{i}")
+            # Each one on its own: the relay is idle between sends.
+            events = await read_sse(pipe.url, b.headers, count=i + 2)
+            assert [e["seq"] for e in events] == list(range(1, i + 3))
+        assert pipe.relay.batches >= 4  # friend request + three sends, none by a sweep

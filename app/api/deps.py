@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -37,6 +38,7 @@ class State:
     redis: aioredis.Redis
     hub: InboxHub
     ratelimiter: Any = None
+    wakeup: Any = None
 
 
 def state(request: Request) -> State:
@@ -201,6 +203,20 @@ def float_query(request: Request, name: str, *, default: float, minimum: float,
         raise Problem(422, f"query parameter '{name}' must be between {minimum} and {maximum}, "
                            f"got {value}")
     return value
+
+
+def emits_events(handler: Callable[[Request], Awaitable[Response]],
+                 ) -> Callable[[Request], Awaitable[Response]]:
+    """Mark a handler whose success committed inbox events: wake the relay now
+    (coalesced, after the commit) rather than at its next sweep."""
+    @functools.wraps(handler)
+    async def wrapper(request: Request) -> Response:
+        response = await handler(request)
+        wakeup = state(request).wakeup
+        if response.status_code < 300 and wakeup is not None:
+            wakeup.wake()
+        return response
+    return wrapper
 
 
 def doc(summary: str, *, body: type[BaseModel] | None = None, auth: str | None = None,

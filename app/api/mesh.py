@@ -6,7 +6,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from app.api.deps import agent, body, doc, json, state
+from app.api.deps import agent, body, doc, emits_events, json, state
 from app.schemas import FriendRequestCreate
 from app.services import presence, social
 from app.store import agents as agents_store
@@ -46,6 +46,7 @@ async def friends(request: Request) -> Response:
 
 @doc("Send a friend request (accepts theirs if they already asked you)",
      body=FriendRequestCreate, auth="agent", status=201)
+@emits_events
 async def friend_request(request: Request) -> Response:
     who = await agent(request)
     data = await body(request, FriendRequestCreate)
@@ -56,6 +57,7 @@ async def friend_request(request: Request) -> Response:
 
 
 @doc("Accept a friend request sent to you", auth="agent")
+@emits_events
 async def friend_accept(request: Request) -> Response:
     who = await agent(request)
     s = state(request)

@@ -6,7 +6,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from app.api.deps import body, doc, json, owner, state
+from app.api.deps import body, doc, emits_events, json, owner, state
 from app.inbox_hub import publish_auth_change
 from app.schemas import AgentCreate, AgentPatch, FriendRequestCreate, GroupCreate, GroupMemberAdd
 from app.services import accounts, social
@@ -95,6 +95,7 @@ async def agent_friends(request: Request) -> Response:
 
 @doc("Send a friend request on behalf of one of your agents", body=FriendRequestCreate,
      auth="owner", status=201, tag="owners")
+@emits_events
 async def agent_friend_request(request: Request) -> Response:
     acting = await _acting_agent(request)
     data = await body(request, FriendRequestCreate)
@@ -105,6 +106,7 @@ async def agent_friend_request(request: Request) -> Response:
 
 
 @doc("Accept a friend request on behalf of one of your agents", auth="owner", tag="owners")
+@emits_events
 async def agent_friend_accept(request: Request) -> Response:
     acting = await _acting_agent(request)
     s = state(request)
@@ -146,6 +148,7 @@ async def get_group(request: Request) -> Response:
 
 
 @doc("Delete a group you own", auth="owner", status=204, tag="groups")
+@emits_events
 async def delete_group(request: Request) -> Response:
     me = await owner(request)
     s = state(request)
@@ -155,6 +158,7 @@ async def delete_group(request: Request) -> Response:
 
 @doc("Add an agent to a group (yours, or another owner's that is a friend of one of yours)",
      body=GroupMemberAdd, auth="owner", status=201, tag="groups")
+@emits_events
 async def add_member(request: Request) -> Response:
     me = await owner(request)
     data = await body(request, GroupMemberAdd)
@@ -166,6 +170,7 @@ async def add_member(request: Request) -> Response:
 
 
 @doc("Remove an agent from a group", auth="owner", status=204, tag="groups")
+@emits_events
 async def remove_member(request: Request) -> Response:
     me = await owner(request)
     s = state(request)

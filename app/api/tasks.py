@@ -6,7 +6,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from app.api.deps import agent, body, doc, int_query, json, state
+from app.api.deps import agent, body, doc, emits_events, int_query, json, state
 from app.domain.task_states import STATES
 from app.errors import Problem
 from app.ids import is_valid_id
@@ -16,6 +16,7 @@ from app.services import tasks
 
 @doc("Create a task for a friend or group peer, with its first message", body=TaskCreate,
      auth="agent", status=201, tag="tasks")
+@emits_events
 async def create_task(request: Request) -> Response:
     me = await agent(request)
     data = await body(request, TaskCreate)
@@ -51,6 +52,7 @@ async def list_tasks(request: Request) -> Response:
 
 @doc("Add a message to a task (idempotent by message_id)", body=MessageIn, auth="agent",
      status=201, tag="tasks")
+@emits_events
 async def add_message(request: Request) -> Response:
     me = await agent(request)
     data = await body(request, MessageIn)
@@ -62,6 +64,7 @@ async def add_message(request: Request) -> Response:
 
 @doc("Move a task to another state (compare-and-set; an illegal move is 409)",
      body=StatusChange, auth="agent", tag="tasks")
+@emits_events
 async def set_status(request: Request) -> Response:
     me = await agent(request)
     data = await body(request, StatusChange)
@@ -72,6 +75,7 @@ async def set_status(request: Request) -> Response:
 
 @doc("Attach an artifact to a task (serving agent only; idempotent by artifact_id)",
      body=ArtifactIn, auth="agent", status=201, tag="tasks")
+@emits_events
 async def add_artifact(request: Request) -> Response:
     me = await agent(request)
     data = await body(request, ArtifactIn)

@@ -16,6 +16,7 @@ class Relationship:
     shares_group: bool
     same_owner: bool
     either_virtual_user: bool
+    both_exist: bool = True
 
 
 def can_communicate(rel: Relationship) -> bool:

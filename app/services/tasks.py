@@ -20,7 +20,6 @@ from app.schemas import ArtifactIn, MessageIn, StatusChange, TaskCreate, dump_pa
 from app.services.hashing import content_hash
 from app.services.principals import Agent
 from app.settings import Settings
-from app.store import agents as agents_store
 from app.store import events as events_store
 from app.store import inbox as inbox_store
 from app.store import social as social_store
@@ -81,9 +80,9 @@ async def check_can_message(conn: asyncpg.Connection | asyncpg.Pool, sender: str
                             recipient: str) -> None:
     if sender == recipient:
         raise bad_request("an agent cannot send a task to itself")
-    if await agents_store.get(conn, recipient) is None:
-        raise not_found(f"unknown agent '{recipient}'")
     rel = await social_store.relationship(conn, sender, recipient)
+    if not rel.both_exist:  # the sender is authenticated, so the recipient is missing
+        raise not_found(f"unknown agent '{recipient}'")
     if not can_communicate(rel):
         raise forbidden(f"'{sender}' and '{recipient}' are neither friends nor share a group; "
                         "send a friend request first (POST /v1/mesh/friends/requests)")
@@ -150,15 +149,11 @@ async def _emit(conn: asyncpg.Connection, settings: Settings, event: NewEvent, *
     deleted is a 404 — or, with ``allow_missing``, no event at all (None)."""
     try:
         written = await events_store.append(conn, [event], topic=settings.bus_topic,
-                                            skip_missing=allow_missing)
+                                            skip_missing=allow_missing, message_id=message_id)
     except events_store.RecipientMissing:
         raise not_found(f"agent '{event.agent_id}' no longer exists; nothing can be sent "
                         "to it") from None
-    if not written:
-        return None
-    if message_id is not None:
-        await tasks_store.set_message_seq(conn, message_id, written[0]["seq"])
-    return written[0]
+    return written[0] if written else None
 
 
 # --- read ----------------------------------------------------------------------------
@@ -313,13 +308,12 @@ async def change_status(pool: asyncpg.Pool, settings: Settings, me: Agent, task_
             current = await tasks_store.get(conn, task_id)
             raise task_states.raise_lost_race(task["state"], current["state"] if current else "?")
         # The other side may have been deleted: the task can still be closed.
-        written = await _emit(conn, settings, NewEvent(
+        await _emit(conn, settings, NewEvent(
             agent_id=_other(me.agent_id, task), type="task.status", task_id=task_id,
             context_id=task["context_id"], from_agent_id=me.agent_id,
             payload={"state": body.state, "previous_state": task["state"],
-                     "message": message, "task": task_json(updated)}), allow_missing=True)
-        if message is not None and written is not None:
-            await tasks_store.set_message_seq(conn, message["message_id"], written["seq"])
+                     "message": message, "task": task_json(updated)}), allow_missing=True,
+            message_id=message["message_id"] if message is not None else None)
         return task_json(updated)
 
 

@@ -3,9 +3,8 @@
 One statement does it all, inside the caller's transaction: it locks the
 recipients' counter rows in agent_id order (so two writes reaching the same
 agents can never deadlock), bumps each counter by one, inserts the inbox
-events with those seqs, copies each into the outbox for the relay, and
-NOTIFYs the relay — the notification is delivered only if the transaction
-commits.
+events with those seqs and copies each into the outbox for the relay. The
+relay is woken after the commit (app.relay_wakeup), not from inside it.
 """
 
 from __future__ import annotations
@@ -32,7 +31,7 @@ class NewEvent:
     event_id: str = field(default_factory=new_event_id)
 
 
-_APPEND_SQL = f"""
+_APPEND_SQL = """
 WITH req AS (
     SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[],
                          $6::text[], $7::jsonb[])
@@ -58,10 +57,15 @@ WITH req AS (
         'created_at', i.created_at, 'payload', i.payload)
     FROM ins i ORDER BY i.agent_id
     RETURNING id
+), receipt AS (
+    -- The message this event carries learns its recipient's seq (for receipts)
+    -- in the same statement.
+    UPDATE task_messages m SET inbox_seq = i.seq FROM ins i
+    WHERE m.message_id = $9 AND m.recipient = i.agent_id
+    RETURNING 1
 )
 SELECT i.agent_id, i.seq, i.event_id, i.type, i.task_id, i.context_id, i.from_agent_id,
-       i.created_at, i.payload, (SELECT count(*) FROM out) AS outboxed,
-       pg_notify('{WAKEUP_CHANNEL}', '')
+       i.created_at, i.payload, (SELECT count(*) FROM out) AS outboxed
 FROM ins i
 """
 
@@ -71,12 +75,14 @@ class RecipientMissing(Exception):
 
 
 async def append(conn: asyncpg.Connection, events: Sequence[NewEvent], *,
-                 topic: str, skip_missing: bool = False) -> list[dict[str, Any]]:
+                 topic: str, skip_missing: bool = False,
+                 message_id: str | None = None) -> list[dict[str, Any]]:
     """Write ``events`` (at most one per recipient) and return them with their seq.
 
     An event for an agent that no longer exists raises :class:`RecipientMissing`
     (the caller's transaction then rolls back), or is dropped with ``skip_missing``
-    (system notices such as timeouts, where the other side may be gone)."""
+    (system notices such as timeouts, where the other side may be gone).
+    ``message_id`` names the task message an event carries, to record its seq."""
     if not events:
         return []
     recipients = [e.agent_id for e in events]
@@ -86,7 +92,7 @@ async def append(conn: asyncpg.Connection, events: Sequence[NewEvent], *,
         _APPEND_SQL,
         recipients, [e.event_id for e in events], [e.type for e in events],
         [e.task_id for e in events], [e.context_id for e in events],
-        [e.from_agent_id for e in events], [e.payload for e in events], topic,
+        [e.from_agent_id for e in events], [e.payload for e in events], topic, message_id,
     )
     if len(rows) != len(events) and not skip_missing:
         raise RecipientMissing(sorted(set(recipients) - {r["agent_id"] for r in rows}))

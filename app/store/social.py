@@ -24,11 +24,13 @@ async def relationship(conn: Conn, a: str, b: str) -> Relationship:
                   WHERE m1.agent_id = $1 AND m2.agent_id = $2) AS shares_group,
           (SELECT count(DISTINCT owner_id) = 1 FROM agents WHERE agent_id IN ($1, $2)) AS same_owner,
           EXISTS (SELECT 1 FROM agents WHERE agent_id IN ($1, $2) AND kind = 'virtual-user')
-            AS either_virtual_user
+            AS either_virtual_user,
+          (SELECT count(*) FROM agents WHERE agent_id IN ($1, $2)) = 2 AS both_exist
         """, x, y)
     assert row is not None
     return Relationship(friends=row["friends"], shares_group=row["shares_group"],
-                        same_owner=row["same_owner"], either_virtual_user=row["either_virtual_user"])
+                        same_owner=row["same_owner"], either_virtual_user=row["either_virtual_user"],
+                        both_exist=row["both_exist"])
 
 
 # --- friendships -------------------------------------------------------------

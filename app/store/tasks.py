@@ -53,11 +53,6 @@ async def insert_message(conn: Conn, *, message_id: str, task_id: str, context_i
         message_id, task_id, context_id, sender, recipient, role, parts, metadata, content_hash)
 
 
-async def set_message_seq(conn: Conn, message_id: str, seq: int) -> None:
-    await conn.execute("UPDATE task_messages SET inbox_seq = $2 WHERE message_id = $1",
-                       message_id, seq)
-
-
 async def get_message(conn: Conn, message_id: str) -> asyncpg.Record | None:
     return await conn.fetchrow(
         f"SELECT {MESSAGE_COLUMNS} FROM task_messages WHERE message_id = $1", message_id)
