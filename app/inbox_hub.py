@@ -61,8 +61,11 @@ class Waiter:
 
     async def wait(self, timeout: float) -> bool:
         """True when woken, False on timeout. Clears the flag either way."""
+        # asyncio.timeout, not wait_for: wait_for wraps the wait in a Task of its
+        # own on 3.11, which thousands of idle streams would each keep alive.
         try:
-            await asyncio.wait_for(self._event.wait(), timeout)
+            async with asyncio.timeout(timeout):
+                await self._event.wait()
             return True
         except TimeoutError:
             return False

@@ -54,10 +54,13 @@ async def stream(request: Request) -> Response:
     expires_at = float(decode_token(s.settings, bearer(request))["exp"])
 
     async def events() -> AsyncIterator[ServerSentEvent]:
+        # Wake at least every keep-alive interval, and often enough for the re-check.
+        tick = min(s.settings.sse_keepalive_seconds, s.settings.sse_recheck_seconds)
         with SSE_CONNECTIONS.track_inprogress():
             async with s.hub.watch(me.agent_id) as waiter:
                 from_postgres = False
-                checked_at = time.monotonic()
+                now = time.monotonic()
+                checked_auth_at = read_postgres_at = now
                 while True:
                     batch = await reader.next_batch(from_postgres=from_postgres)
                     from_postgres = False
@@ -70,18 +73,25 @@ async def stream(request: Request) -> Response:
                     left = expires_at - time.time()
                     if left <= 0:
                         return
-                    woke = await waiter.wait(min(s.settings.sse_recheck_seconds, left))
+                    woke = await waiter.wait(min(tick, left))
                     now = time.monotonic()
-                    if waiter.auth_changed or now - checked_at > s.settings.sse_auth_recheck_seconds:
+                    if not woke:
+                        # Keep-alives come from this loop rather than a ping task of
+                        # sse-starlette's: one coroutine per idle stream, not two.
+                        yield ServerSentEvent(comment="keep-alive")
+                    if waiter.auth_changed or \
+                            now - checked_auth_at > s.settings.sse_auth_recheck_seconds:
                         waiter.auth_changed = False
-                        checked_at = now
+                        checked_auth_at = now
                         if not await accounts.still_valid(s.pool, me):
                             return
                     # Without a wake-up for a while, look at Postgres directly: a
                     # notification lost with Redis must delay an event, never lose it.
-                    from_postgres = not woke
+                    if not woke and now - read_postgres_at >= s.settings.sse_recheck_seconds:
+                        from_postgres = True
+                        read_postgres_at = now
 
-    return EventSourceResponse(events(), ping=s.settings.sse_keepalive_seconds,
+    return EventSourceResponse(events(), ping=0,
                                headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
 
