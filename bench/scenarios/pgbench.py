@@ -11,7 +11,7 @@ rows are deleted afterwards.
 
 What the gateway does on top, per send, and pgbench does not: the token check
 (1 SELECT), the rate-limit script in Redis, the recipient and relationship
-checks (2 SELECTs), the message's seq update, the NOTIFY, JSON and HTTP.
+check (1 SELECT), the coalesced NOTIFY after the commit, JSON and HTTP.
 """
 
 from __future__ import annotations
