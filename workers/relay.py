@@ -137,17 +137,22 @@ class Relay:
         backoff = 0.1
         bus_backoff = 0.5
         last_gauge = 0.0
+        drained_at = 0.0
         while not self._stopping:
             if not self.bus_healthy:
                 await self._pause(bus_backoff)
                 bus_backoff = min(bus_backoff * 2, 15.0)
             else:
                 bus_backoff = 0.5
+            linger = self.settings.relay_linger_ms / 1000
+            if linger > 0 and self._wake.is_set() and time.monotonic() - drained_at < 10 * linger:
+                await asyncio.sleep(linger)
             # Clear before draining: a NOTIFY that arrives mid-drain sets it again
             # and the next round runs at once, so no commit is ever left waiting.
             self._wake.clear()
             try:
                 await self.drain()
+                drained_at = time.monotonic()
                 backoff = 0.1
             except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
                 log.warning("relay: database unavailable (%s); retrying in %.1fs", exc, backoff)
