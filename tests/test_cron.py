@@ -8,14 +8,9 @@ database of its own (tests/support/isolated.py), so counts are exact.
 from __future__ import annotations
 
 import asyncio
-import gzip
-import json
 import logging
-import threading
-import zlib
 from collections.abc import AsyncIterator, Iterator
 from datetime import datetime, timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import asyncpg
@@ -37,6 +32,7 @@ from tests.support.isolated import (
 )
 from tests.support.meshapi import AgentHandle, MeshFactory
 from tests.support.procs import MeshProcess
+from tests.support.sentry_sink import SentrySink, sentry_sink
 from tests.support.servers import serve_app
 
 SECRET_TEXT = "dead-letter body that must never reach an alert "
@@ -243,55 +239,10 @@ async def test_retention_deletes_only_old_sent_rows_in_batches(
 
 # --- dead-letter alert ---------------------------------------------------------------
 
-class _Collector(BaseHTTPRequestHandler):
-    received: list[bytes]
-
-    def do_POST(self) -> None:
-        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        encoding = (self.headers.get("Content-Encoding") or "").lower()
-        if encoding == "gzip":
-            body = gzip.decompress(body)
-        elif encoding == "deflate":
-            body = zlib.decompress(body)
-        elif encoding == "br":
-            import brotli  # type: ignore[import-not-found]
-
-            body = brotli.decompress(body)
-        self.received.append(body)
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.end_headers()
-        self.wfile.write(b"{}")
-
-    def log_message(self, format: str, *args: object) -> None:
-        pass
-
-
 @pytest.fixture
-def sentry_collector() -> Iterator[tuple[str, list[bytes]]]:
-    """A real HTTP endpoint standing in for Sentry; what arrives is what left a process."""
-    received: list[bytes] = []
-    server = ThreadingHTTPServer(("127.0.0.1", 0),
-                                 type("Collector", (_Collector,), {"received": received}))
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://publickey@127.0.0.1:{server.server_address[1]}/7", received
-    finally:
-        sentry_sdk.get_client().close(timeout=2)
-        sentry_sdk.get_global_scope().set_client(None)
-        server.shutdown()
-        server.server_close()
-
-
-def sentry_messages(received: list[bytes]) -> list[str]:
-    out = []
-    for body in received:
-        lines = body.split(b"\n")
-        for header, payload in zip(lines[1::2], lines[2::2], strict=False):
-            if header.strip() and json.loads(header).get("type") == "event":
-                event = json.loads(payload)
-                out.append(event.get("message") or event.get("logentry", {}).get("message", ""))
-    return out
+def sentry_collector() -> Iterator[SentrySink]:
+    with sentry_sink(project=7) as sink:
+        yield sink
 
 
 async def make_dead_letters(iso: Settings, pool: asyncpg.Pool, sender: AgentHandle,
@@ -303,8 +254,9 @@ async def make_dead_letters(iso: Settings, pool: asyncpg.Pool, sender: AgentHand
 
 async def test_dead_letter_alert_fires_once_per_new_dead_letters(
         iso: Settings, pool: asyncpg.Pool, mesh: MeshFactory, redis_client: aioredis.Redis,
-        sentry_collector: tuple[str, list[bytes]], caplog: pytest.LogCaptureFixture) -> None:
-    dsn, received = sentry_collector
+        sentry_collector: SentrySink, caplog: pytest.LogCaptureFixture) -> None:
+    sink = sentry_collector
+    dsn = sink.dsn
     assert init_sentry(iso.model_copy(update={"sentry_dsn": dsn}), "cron")
     a, b = await mesh.pair()
     task = await a.send(b.agent_id, "hello")
@@ -336,11 +288,11 @@ async def test_dead_letter_alert_fires_once_per_new_dead_letters(
     assert {r["failed"] for r in both} == {3}
 
     sentry_sdk.flush(timeout=5)
-    await wait_until(lambda: len(sentry_messages(received)) >= 2, "two Sentry events", 10)
-    messages = sentry_messages(received)
+    await wait_until(lambda: len(sink.messages()) >= 2, "two Sentry events", 10)
+    messages = sink.messages()
     assert len(messages) == 2, messages
     assert "2 new dead letter(s)" in messages[0] and "1 new dead letter(s)" in messages[1]
-    raw = b"".join(received).decode(errors="replace")
+    raw = sink.raw()
     assert SECRET_TEXT.strip() not in raw  # counts only, never a payload
 
 
@@ -381,8 +333,9 @@ async def test_consumer_lag_and_outbox_gauges(
 
 @pytest.mark.faults
 async def test_two_cron_processes_start_coexist_and_act_once(
-        migrated: Settings, sentry_collector: tuple[str, list[bytes]]) -> None:
-    dsn, received = sentry_collector
+        migrated: Settings, sentry_collector: SentrySink) -> None:
+    sink = sentry_collector
+    dsn = sink.dsn
     # One-second limits so the processes' own clock (the database's) finds work.
     iso = await isolated_settings(migrated, heartbeat_ttl_seconds=1, task_timeout_seconds=1,
                                   sentry_dsn=dsn, sentry_environment="test")
@@ -424,8 +377,8 @@ async def test_two_cron_processes_start_coexist_and_act_once(
             "WHERE type = 'task.timeout' GROUP BY task_id, agent_id")
         assert len(per_task) == 2 * len(tasks) and {r["n"] for r in per_task} == {1}
         # Sentry events are sent from the processes (flushed at exit): one alert in all.
-        await wait_until(lambda: sentry_messages(received), "the alert at Sentry", 10)
-        alerts = [m for m in sentry_messages(received) if "dead letter" in m]
+        await wait_until(lambda: sink.messages(), "the alert at Sentry", 10)
+        alerts = [m for m in sink.messages() if "dead letter" in m]
         assert len(alerts) == 1 and "2 new dead letter(s)" in alerts[0], alerts
     finally:
         for p in procs:

@@ -6,14 +6,10 @@ what would have left the process.
 
 from __future__ import annotations
 
-import gzip
 import json
 import logging
-import threading
 import time
-import zlib
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
 import pytest
@@ -25,6 +21,7 @@ from starlette.routing import Route
 
 from app.observability import RedactingFilter, init_sentry, scrub_event, scrub_text, setup_logging
 from app.settings import Settings
+from tests.support.sentry_sink import SentrySink, sentry_sink
 
 API_KEY = "mk_3fA9xQ2LrT7vW1yZ8bC4dE6gH0jK5mN"
 JWT = ("eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiJjb2RlckBib2IiLCJleHAiOjE3MDB9."
@@ -106,65 +103,18 @@ def test_scrub_text_patterns() -> None:
 # --- init_sentry against a real HTTP endpoint ----------------------------------------
 
 
-class _Collector(BaseHTTPRequestHandler):
-    received: list[tuple[str, bytes]]
-
-    def do_POST(self) -> None:
-        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        encoding = (self.headers.get("Content-Encoding") or "").lower()
-        if encoding == "gzip":
-            body = gzip.decompress(body)
-        elif encoding == "deflate":
-            body = zlib.decompress(body)
-        elif encoding == "br":
-            import brotli  # type: ignore[import-not-found]
-
-            body = brotli.decompress(body)
-        self.received.append((self.path, body))
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.end_headers()
-        self.wfile.write(b"{}")
-
-    def log_message(self, format: str, *args: object) -> None:  # quiet
-        pass
-
-
 @pytest.fixture
-def sentry_endpoint() -> Iterator[tuple[str, list[tuple[str, bytes]]]]:
-    received: list[tuple[str, bytes]] = []
-    handler = type("Collector", (_Collector,), {"received": received})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://publickey@127.0.0.1:{server.server_address[1]}/42", received
-    finally:
-        # Leave no client behind for the rest of the suite.
-        sentry_sdk.get_client().close(timeout=2)
-        sentry_sdk.get_global_scope().set_client(None)
-        server.shutdown()
-        server.server_close()
+def sentry_endpoint() -> Iterator[SentrySink]:
+    with sentry_sink(project=42) as sink:
+        yield sink
 
 
-def events_from(received: list[tuple[str, bytes]]) -> list[dict[str, object]]:
-    events = []
-    for path, body in received:
-        assert path == "/api/42/envelope/"
-        lines = body.split(b"\n")
-        # envelope header, then (item header, item payload) pairs
-        for header, payload in zip(lines[1::2], lines[2::2], strict=False):
-            if header.strip() and json.loads(header).get("type") == "event":
-                events.append(json.loads(payload))
-    return events
-
-
-def wait_for_events(received: list[tuple[str, bytes]], n: int) -> list[dict[str, object]]:
+def wait_for_events(sink: SentrySink, n: int) -> list[dict[str, object]]:
     sentry_sdk.flush(timeout=5)
     deadline = time.monotonic() + 10
-    while len(events_from(received)) < n and time.monotonic() < deadline:
+    while len(sink.events()) < n and time.monotonic() < deadline:
         time.sleep(0.05)
-    return events_from(received)
+    return sink.events()
 
 
 def test_no_dsn_no_sentry(base_settings: Settings) -> None:
@@ -174,8 +124,9 @@ def test_no_dsn_no_sentry(base_settings: Settings) -> None:
 
 def test_captured_exception_arrives_scrubbed(
         base_settings: Settings,
-        sentry_endpoint: tuple[str, list[tuple[str, bytes]]]) -> None:
-    dsn, received = sentry_endpoint
+        sentry_endpoint: SentrySink) -> None:
+    sink = sentry_endpoint
+    dsn = sink.dsn
     settings = base_settings.model_copy(update={"sentry_dsn": dsn,
                                                 "sentry_environment": "test"})
     assert init_sentry(settings, "outbox")
@@ -193,9 +144,9 @@ def test_captured_exception_arrives_scrubbed(
         except RuntimeError as exc:
             sentry_sdk.capture_exception(exc)
 
-    events = wait_for_events(received, 1)
+    events = wait_for_events(sink, 1)
     assert len(events) == 1
-    raw = b"".join(body for _, body in received).decode()
+    raw = sink.raw()
     assert secrets_in(raw) == [], raw
     event = events[0]
     assert event["tags"]["process"] == "outbox"  # type: ignore[index]
@@ -206,8 +157,9 @@ def test_captured_exception_arrives_scrubbed(
 
 async def test_starlette_error_arrives_without_headers_or_body(
         base_settings: Settings,
-        sentry_endpoint: tuple[str, list[tuple[str, bytes]]]) -> None:
-    dsn, received = sentry_endpoint
+        sentry_endpoint: SentrySink) -> None:
+    sink = sentry_endpoint
+    dsn = sink.dsn
     settings = base_settings.model_copy(update={"sentry_dsn": dsn})
     assert init_sentry(settings, "web")
     assert "starlette" in sentry_sdk.get_client().integrations
@@ -228,9 +180,9 @@ async def test_starlette_error_arrives_without_headers_or_body(
         )
     assert response.status_code == 500
 
-    events = wait_for_events(received, 1)
+    events = wait_for_events(sink, 1)
     assert events, "the Starlette integration sent nothing"
-    raw = b"".join(body for _, body in received).decode()
+    raw = sink.raw()
     assert secrets_in(raw) == [], raw
     event = events[0]
     assert event["tags"]["process"] == "web"  # type: ignore[index]
