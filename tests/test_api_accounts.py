@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import uuid
 
 import httpx
 import pytest
+from httpx_sse import aconnect_sse
 
 from app import security
 from app.settings import Settings
@@ -276,7 +278,17 @@ async def test_recreated_agent_continues_the_seq(mesh, db):
     assert fresh["inbox_seq"] == fresh["acked_seq"] == old_top
     assert (await a2.inbox(after=old_top))["events"] == []
     assert ok(await a2.get("/v1/mesh/inbox"))["events"] == []  # default cursor: the acked one
-    await mesh.befriend(b, a2)
+    # The predecessor's events stay out of reach even when asked for explicitly.
+    assert (await a2.inbox(after=0))["events"] == []
+    async with httpx.AsyncClient(base_url=str(mesh.http.base_url), timeout=10) as client, \
+            aconnect_sse(client, "GET", "/v1/mesh/inbox/stream",
+                         headers={**a2.headers, "Last-Event-ID": "0"}) as source:
+        await mesh.befriend(b, a2)
+        async for sse in source.aiter_sse():
+            if sse.data:
+                first = json.loads(sse.data)
+                break
+    assert first["seq"] == old_top + 1 and first["type"] == "friend.request"
     task = await b.send(a2.agent_id, "to the second a")
     events = ok(await a2.get("/v1/mesh/inbox"))["events"]
     assert [e["type"] for e in events] == ["friend.request", "task.created"]

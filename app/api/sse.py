@@ -44,9 +44,7 @@ def _start_after(request: Request) -> int | None:
 async def stream(request: Request) -> Response:
     me = await agent(request)
     s = state(request)
-    after = _start_after(request)
-    if after is None:
-        after = await inbox.start_cursor(s.pool, me.agent_id)
+    after = await inbox.start_cursor(s.pool, me.agent_id, _start_after(request))
     reader = InboxReader(s.pool, s.redis, me.agent_id, after)
 
     # The stream ends when the token expires or the credentials behind it are

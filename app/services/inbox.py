@@ -15,11 +15,14 @@ from app.store import agents as agents_store
 from app.store import inbox as inbox_store
 
 
-async def start_cursor(pool: asyncpg.Pool, agent_id: str) -> int:
+async def start_cursor(pool: asyncpg.Pool, agent_id: str, after: int | None = None) -> int:
+    """Where a read starts: after ``after`` if given, else after the acked
+    cursor — never below the agent's floor."""
     row = await inbox_store.cursor(pool, agent_id)
     if row is None:
         raise not_found(f"unknown agent '{agent_id}'")
-    return int(row["acked_seq"])
+    start = int(row["acked_seq"]) if after is None else after
+    return max(start, int(row["inbox_floor"]))
 
 
 async def record_delivery(pool: asyncpg.Pool, agent_id: str, events: list[dict[str, Any]]) -> None:

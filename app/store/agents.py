@@ -20,12 +20,13 @@ async def create(conn: Conn, *, agent_id: str, owner_id: int, name: str, display
     # An agent_id may be reused after its agent was deleted. Its seq numbers must
     # never be: the old inbox rows keep their (agent_id, seq) keys, and every
     # consumer (push fan-out, SSE Last-Event-ID, meshd's persisted cursor) skips a
-    # seq it has seen. So a new agent starts both counters where the last one with
-    # this id stopped: its inbox is empty from its own cursor on, seqs stay unique.
+    # seq it has seen. So a new agent starts its counters where the last one with
+    # this id stopped, and its inbox_floor there too: reads never reach below it,
+    # so the predecessor's events stay out of reach even with after=0.
     return await conn.fetchrow(
         f"INSERT INTO agents (agent_id, owner_id, name, display_name, description, skills, kind, "
-        f"inbox_seq, acked_seq) "
-        f"SELECT $1, $2, $3, $4, $5, $6, $7, s.top, s.top FROM "
+        f"inbox_seq, acked_seq, inbox_floor) "
+        f"SELECT $1, $2, $3, $4, $5, $6, $7, s.top, s.top, s.top FROM "
         f"(SELECT COALESCE(max(seq), 0) AS top FROM inbox_events WHERE agent_id = $1) s "
         f"ON CONFLICT (agent_id) DO NOTHING RETURNING {COLUMNS}",
         agent_id, owner_id, name, display_name, description, skills, kind,

@@ -12,17 +12,22 @@ _SELECT = ("SELECT seq, event_id, type, task_id, context_id, from_agent_id, crea
            "delivered_at FROM inbox_events ")
 
 
+# `after`, but never below the agent's floor (events of a deleted predecessor
+# with the same agent_id).
+_FLOORED = "GREATEST($2, (SELECT inbox_floor FROM agents WHERE agent_id = $1))"
+
+
 async def after(conn: Conn, agent_id: str, after_seq: int, limit: int,
                 upto: int | None = None) -> list[dict]:
     """Events with seq in (after_seq, upto], oldest first."""
     if upto is None:
         rows = await conn.fetch(
-            _SELECT + "WHERE agent_id = $1 AND seq > $2 ORDER BY seq LIMIT $3",
+            _SELECT + f"WHERE agent_id = $1 AND seq > {_FLOORED} ORDER BY seq LIMIT $3",
             agent_id, after_seq, limit)
     else:
         rows = await conn.fetch(
-            _SELECT + "WHERE agent_id = $1 AND seq > $2 AND seq <= $3 ORDER BY seq LIMIT $4",
-            agent_id, after_seq, upto, limit)
+            _SELECT + f"WHERE agent_id = $1 AND seq > {_FLOORED} AND seq <= $3 "
+            f"ORDER BY seq LIMIT $4", agent_id, after_seq, upto, limit)
     return [event_json(r) for r in rows]
 
 
@@ -39,7 +44,7 @@ async def mark_delivered(conn: Conn, agent_id: str, first_seq: int, last_seq: in
 
 async def cursor(conn: Conn, agent_id: str) -> asyncpg.Record | None:
     return await conn.fetchrow(
-        "SELECT inbox_seq, acked_seq FROM agents WHERE agent_id = $1", agent_id)
+        "SELECT inbox_seq, acked_seq, inbox_floor FROM agents WHERE agent_id = $1", agent_id)
 
 
 async def receipts(conn: Conn, agent_id: str, seqs: list[int]) -> dict[int, asyncpg.Record]:
