@@ -30,10 +30,6 @@ CHANNEL = "mesh:inbox-notify"
 AUTH_CHANGED = "auth"
 
 
-def notification(agent_id: str, seq: int) -> str:
-    return f"{agent_id} {seq}"
-
-
 async def publish_auth_change(redis: aioredis.Redis, agent_id: str) -> None:
     """Tell every web process that an agent's credentials changed (a key revoked,
     the agent deleted): its open streams re-check them now and end if invalid.

@@ -4,6 +4,7 @@ browsable HTML page generated from it (no CDN needed)."""
 from __future__ import annotations
 
 import html
+import json
 import re
 from typing import Any
 
@@ -80,10 +81,9 @@ def render_html(spec: dict[str, Any]) -> str:
                 f"</td><td>{html.escape(op['summary'])}</td><td>"
                 + (f'<a href="#{model}">{model}</a>' if model else "") + f"</td><td>{auth}</td></tr>")
     models = []
-    import json as _json
     for name, schema in sorted(spec["components"]["schemas"].items()):
         models.append(f'<h3 id="{name}">{name}</h3><pre>'
-                      f"{html.escape(_json.dumps(schema, indent=2))}</pre>")
+                      f"{html.escape(json.dumps(schema, indent=2))}</pre>")
     return (
         "<!doctype html><html><head><meta charset='utf-8'><title>Agent Mesh API</title>"
         "<style>body{font-family:system-ui,sans-serif;margin:2em;max-width:1100px}"

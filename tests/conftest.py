@@ -110,3 +110,23 @@ async def gateway(pipeline: Pipeline) -> str:
 async def mesh(gateway: str) -> AsyncIterator[MeshFactory]:
     async with MeshFactory.connect(gateway) as factory:
         yield factory
+
+
+# --- a mesh of its own (operations tests act on a whole database) -------------------
+
+@pytest.fixture
+async def iso(migrated: Settings) -> Settings:
+    """Settings for a fresh database, bus topic and push group on the session's services."""
+    from tests.support.isolated import isolated_settings
+
+    return await isolated_settings(migrated)
+
+
+@pytest.fixture
+async def pool(iso: Settings) -> AsyncIterator[asyncpg.Pool]:
+    """A pool on the ``iso`` database."""
+    from app.db import create_pool
+
+    p = await create_pool(iso, min_size=1, max_size=6)
+    yield p
+    await p.close()

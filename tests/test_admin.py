@@ -23,9 +23,8 @@ import pytest
 import redis.asyncio as aioredis
 from httpx_sse import aconnect_sse
 
-from app import db
 from app.settings import Settings
-from tests.support.isolated import TEST_BUS, isolated_settings, started_publisher, wait_until
+from tests.support.isolated import TEST_BUS, started_publisher, wait_until
 from tests.support.meshapi import AgentHandle, MeshFactory, OwnerHandle
 from tests.support.servers import serve_app
 from workers.bus import BusOptions, create_subscriber
@@ -38,18 +37,6 @@ SECRET = "confidential-dead-letter-content"
 ADMIN_ENDPOINTS = [("GET", "/v1/admin/outbox"), ("GET", "/v1/admin/outbox/dead"),
                    ("POST", "/v1/admin/outbox/dead/retry"),
                    ("POST", "/v1/admin/outbox/dead/1/retry")]
-
-
-@pytest.fixture
-async def iso(migrated: Settings) -> Settings:
-    return await isolated_settings(migrated)
-
-
-@pytest.fixture
-async def pool(iso: Settings) -> AsyncIterator[asyncpg.Pool]:
-    p = await db.create_pool(iso, min_size=1, max_size=4)
-    yield p
-    await p.close()
 
 
 @pytest.fixture

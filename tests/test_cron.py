@@ -39,18 +39,6 @@ SECRET_TEXT = "dead-letter body that must never reach an alert "
 
 
 @pytest.fixture
-async def iso(migrated: Settings) -> Settings:
-    return await isolated_settings(migrated)
-
-
-@pytest.fixture
-async def pool(iso: Settings) -> AsyncIterator[asyncpg.Pool]:
-    p = await db.create_pool(iso, min_size=1, max_size=6)
-    yield p
-    await p.close()
-
-
-@pytest.fixture
 async def mesh(iso: Settings) -> AsyncIterator[MeshFactory]:
     async with serve_app(iso) as url, MeshFactory.connect(url) as factory:
         yield factory

@@ -27,18 +27,15 @@ from redis.exceptions import RedisError
 
 from app.inbox_hub import CHANNEL
 from app.metrics import DEDUP_HITS
+from app.services.stream import stream_key
 from app.settings import Settings, load_settings
 from workers.bus import Delivery, Subscriber, create_subscriber
 from workers.process import setup_process, start_bus_client
 
 log = logging.getLogger("mesh.push")
 
-STREAM_PREFIX = "inbox:"
 STREAM_TTL_SECONDS = 7 * 24 * 3600
 
-
-def stream_key(agent_id: str) -> str:
-    return f"{STREAM_PREFIX}{agent_id}"
 
 
 # KEYS[1] stream; ARGV: seq, event json, maxlen, channel, agent_id, ttl.

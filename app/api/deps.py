@@ -14,6 +14,7 @@ from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from app import ratelimit
 from app.errors import (
     Problem,
     bad_request,
@@ -136,8 +137,6 @@ async def principal(request: Request) -> Owner | Agent:
 async def _rate_limit(request: Request, s: State, who: Owner | Agent) -> None:
     """One token per authenticated request, from the caller's bucket (per-route
     overrides by route template). Several web processes share the bucket in Redis."""
-    from app import ratelimit
-
     route = request.scope.get("route")
     template = getattr(route, "path", request.url.path)
     key = who.agent_id if isinstance(who, Agent) else f"owner:{who.user_id}"

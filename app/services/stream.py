@@ -27,6 +27,7 @@ BATCH = 200
 
 
 def stream_key(agent_id: str) -> str:
+    """The agent's Redis stream: written by the push worker, read here."""
     return f"{STREAM_PREFIX}{agent_id}"
 
 
