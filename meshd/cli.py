@@ -205,6 +205,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(run=cmd_daemon)
 
     add("mcp", "serve the mesh tools to an LLM over MCP (stdio)").set_defaults(run=cmd_mcp)
+    from meshd.agent.cli import add_agent_command  # argparse only: the SDK loads when it runs
+
+    add_agent_command(add, _positive)
     return parser
 
 
@@ -572,7 +575,7 @@ async def cmd_mcp(args: argparse.Namespace) -> int:
 
 def _setup_logging(args: argparse.Namespace) -> None:
     level = logging.WARNING
-    if args.command in ("daemon", "tail"):
+    if args.command in ("daemon", "tail", "agent"):
         level = logging.INFO
     if args.verbose:
         level = logging.DEBUG if args.verbose > 1 or level == logging.INFO else logging.INFO
