@@ -97,6 +97,28 @@ class Request:
     def all_text(self) -> str:
         return "\n".join(self.texts())
 
+    def _prompt_index(self) -> int:
+        """Index of the latest user message that is a prompt (not tool results)."""
+        for i in range(len(self.messages) - 1, -1, -1):
+            m = self.messages[i]
+            if m.get("role") != "user":
+                continue
+            content = m.get("content")
+            if isinstance(content, str) or any(b.get("type") == "text" for b in content or []):
+                if not any(b.get("type") == "tool_result" for b in content or [] if isinstance(b, dict)):
+                    return i
+        return 0
+
+    @property
+    def prompt(self) -> str:
+        """The prompt of the current run (the runtime's wake-up prompt)."""
+        if not self.messages:
+            return ""
+        content = self.messages[self._prompt_index()].get("content")
+        if isinstance(content, str):
+            return content
+        return "\n".join(b.get("text", "") for b in content or [] if b.get("type") == "text")
+
     def last_tool_results(self) -> list[dict[str, Any]]:
         """The tool_result blocks of the last user message (answers to the previous tool calls)."""
         for m in reversed(self.messages):
@@ -106,11 +128,12 @@ class Request:
             return results
         return []
 
-    def tool_uses(self) -> list[dict[str, Any]]:
-        """Every tool_use block of the assistant turns so far."""
+    def tool_uses(self, *, this_run: bool = True) -> list[dict[str, Any]]:
+        """The tool_use blocks of the assistant turns (of this run only, by default)."""
+        start = self._prompt_index() if this_run else 0
         return [
             b
-            for m in self.messages
+            for m in self.messages[start:]
             if m.get("role") == "assistant" and isinstance(m.get("content"), list)
             for b in m["content"]
             if b.get("type") == "tool_use"
@@ -118,6 +141,14 @@ class Request:
 
     def called(self, name: str) -> int:
         return sum(1 for b in self.tool_uses() if b.get("name") == name)
+
+
+def use_tool(req: Request, name: str, args: dict[str, Any], server: str = "mesh") -> Reply:
+    """Call MCP tool ``name``; when the CLI deferred it behind ToolSearch, load it first."""
+    full = f"mcp__{server}__{name}" if not name.startswith("mcp__") and name[0].islower() else name
+    if full in req.tool_names or "ToolSearch" not in req.tool_names:
+        return Reply(tools=[ToolCall(full, args)])
+    return Reply(tools=[ToolCall("ToolSearch", {"query": f"select:{full}"})])
 
 
 def _sse(event: str, data: dict[str, Any]) -> bytes:
