@@ -83,3 +83,11 @@ async def started(proc: Proc) -> Proc:
     await proc.start()
     await proc.wait_log("following the SSE stream")
     return proc
+
+
+async def wait_runs(proc: Proc, n: int) -> None:
+    """Await the n-th finished run of ``proc`` (counting from its start)."""
+    after = 0
+    for _ in range(n):
+        line = await proc.wait_log(DONE, after=after)
+        after = proc.lines.index(line, after) + 1

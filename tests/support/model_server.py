@@ -256,6 +256,12 @@ class ModelServer:
                 pass
 
             def do_POST(self) -> None:
+                try:
+                    self._post()
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the CLI was killed (timeout, kill -9) while waiting for us
+
+            def _post(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
                 raw = self.rfile.read(length) if length else b""
                 try:
@@ -271,13 +277,15 @@ class ModelServer:
                                                            "message": path}}, 404)
                     return
                 req = Request(body)
+                # Recorded before the script runs: a script that holds a turn (to crash the
+                # agent mid-run) must not hide that the turn arrived.
+                server._record(req)
                 try:
                     reply = server.script(req) if req.is_agent_turn else side_call_reply(req)
                 except Exception as e:  # a broken script shows in the test, not as a hang
                     server.errors.append(f"{type(e).__name__}: {e}")
                     self._json({"type": "error", "error": {"type": "api_error", "message": str(e)}}, 500)
                     return
-                server._record(req)
                 model = body.get("model") or MODEL
                 if body.get("stream"):
                     chunks = _stream(reply, model)
