@@ -91,3 +91,20 @@ async def wait_runs(proc: Proc, n: int) -> None:
     for _ in range(n):
         line = await proc.wait_log(DONE, after=after)
         after = proc.lines.index(line, after) + 1
+
+
+async def await_message(person: OwnerHandle | AgentHandle, task_id: str, sender: str,
+                        timeout: float = 90.0) -> dict[str, Any]:
+    """Long-poll ``person``'s inbox until a message from ``sender`` on ``task_id`` arrives."""
+    import asyncio
+
+    after = 0
+    async with asyncio.timeout(timeout):
+        while True:
+            resp = await person.get("/v1/mesh/inbox", params={"after": after, "wait": 10, "limit": 100})
+            assert resp.status_code == 200, resp.text
+            page = resp.json()
+            for e in page["events"]:
+                if e["type"] == "task.message" and e["task_id"] == task_id and e["from_agent_id"] == sender:
+                    return e  # type: ignore[no-any-return]
+            after = page["next_after"]
