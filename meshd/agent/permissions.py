@@ -43,6 +43,26 @@ def deny(reason: str) -> dict[str, Any]:
     }
 
 
+def outside_path(name: str, args: dict[str, Any], roots: Sequence[Path]) -> str | None:
+    """The path argument of a file tool call that lies outside ``roots``, if any."""
+    keys = PATH_KEYS
+    if name == "Glob":
+        # A Glob pattern is a path too ("/home/*/.ssh/*", "../**"): check its fixed prefix.
+        keys = (*PATH_KEYS, "pattern")
+    for key in keys:
+        value = args.get(key)
+        if not isinstance(value, str) or not value:
+            continue
+        if key == "pattern":
+            value = value.split("*", 1)[0].split("?", 1)[0].split("[", 1)[0] or "."
+        # "~" is expanded the way a shell would: the stricter reading.
+        value = os.path.expanduser(value)
+        target = Path(value) if os.path.isabs(value) else roots[0] / value
+        if not inside(target, roots):
+            return value
+    return None
+
+
 def path_guard(workspace: Path, extra: Sequence[Path] = (), on_deny: Callable[[str, str], None] | None = None
                ) -> HookFn:  # fmt: skip
     """A PreToolUse hook that keeps file tools inside ``workspace`` (and ``extra``)."""
@@ -53,17 +73,13 @@ def path_guard(workspace: Path, extra: Sequence[Path] = (), on_deny: Callable[[s
         args = data.get("tool_input") or {}
         if name not in FILE_TOOLS:
             return {}
-        for key in PATH_KEYS:
-            value = args.get(key)
-            if not isinstance(value, str) or not value:
-                continue
-            target = Path(value) if os.path.isabs(value) else roots[0] / value
-            if not inside(target, roots):
-                reason = f"{name} on {value} denied: only files inside {roots[0]} may be used"
-                log.warning("permission: %s", reason)
-                if on_deny is not None:
-                    on_deny(name, value)
-                return deny(reason)
-        return {}
+        value = outside_path(name, args, roots)
+        if value is None:
+            return {}
+        reason = f"{name} on {value} denied: only files inside {roots[0]} may be used"
+        log.warning("permission: %s", reason)
+        if on_deny is not None:
+            on_deny(name, value)
+        return deny(reason)
 
     return hook
