@@ -140,3 +140,26 @@ async def test_session_continues_per_context_and_across_restarts(world, uniq, ga
     assert "PELICAN" in third.all_text and "Which word" in third.all_text
     assert "And after a restart?" in third.prompt
     assert "A new topic" not in third.all_text
+
+
+async def test_the_owners_instructions_reach_the_system_prompt_and_changes_apply(world, uniq, gateway,
+                                                                                 tmp_path):
+    agent = await world.alice.agent(f"r{uniq}", instructions="Always answer in French.")
+    with ModelServer(lambda req: Reply(text="Oui.")) as model:
+        proc = agent_proc(gateway, agent, tmp_path, "a", model)
+        try:
+            await started(proc)
+            await ask(world.alice, agent.agent_id, "Hello?")
+            await proc.wait_log(DONE)
+            resp = await world.alice.patch(f"/v1/agents/{agent.agent_id}",
+                                           {"instructions": "Always answer in Dutch."})  # fmt: skip
+            assert resp.status_code == 200, resp.text
+            n = len(proc.lines)
+            await ask(world.alice, agent.agent_id, "Hello again?")
+            await proc.wait_log(DONE, after=n)
+        finally:
+            await proc.stop()
+        first, second = model.agent_turns()
+    assert "Always answer in French." in first.system
+    assert "Always answer in Dutch." in second.system and "French" not in second.system
+    assert world.alice.human in first.system  # the teammates summary: the owner is a friend

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -53,6 +54,8 @@ class Request:
     """One ``POST /v1/messages`` as the CLI sent it."""
 
     body: dict[str, Any]
+    # Wall-clock arrival (time.time()): benchmarks compare it with other processes' clocks.
+    arrived: float = field(default_factory=time.time)
 
     @property
     def tool_names(self) -> list[str]:
