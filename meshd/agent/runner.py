@@ -191,25 +191,30 @@ class AgentRunner:
         kind = "ok"
         log.info("run for seq %d (%s, task %s) starting%s", event.seq, event.type, event.task_id,
                  " (resuming the context's session)" if prior else "")  # fmt: skip
+        timed_out_at: float | None = None
         try:
-            async with asyncio.timeout(rs.timeout):
-                async with contextlib.aclosing(query(prompt=prompt, options=options)) as stream:
-                    async for msg in stream:
-                        if isinstance(msg, SystemMessage) and msg.subtype == "init":
-                            session_id = msg.data.get("session_id") or session_id
-                        elif isinstance(msg, AssistantMessage) and msg.parent_tool_use_id is None:
-                            run.turns += 1
-                            texts = [b.text for b in msg.content if isinstance(b, TextBlock) and b.text]
-                            if texts:
-                                last_text = "\n".join(texts).strip()
-                        elif isinstance(msg, ResultMessage):
-                            result = msg
-        except TimeoutError:
-            kind = "timeout"
+            async with contextlib.aclosing(query(prompt=prompt, options=options)) as stream:
+                try:
+                    async with asyncio.timeout(rs.timeout):
+                        async for msg in stream:
+                            if isinstance(msg, SystemMessage) and msg.subtype == "init":
+                                session_id = msg.data.get("session_id") or session_id
+                            elif isinstance(msg, AssistantMessage) and msg.parent_tool_use_id is None:
+                                run.turns += 1
+                                texts = [b.text for b in msg.content if isinstance(b, TextBlock) and b.text]
+                                if texts:
+                                    last_text = "\n".join(texts).strip()
+                            elif isinstance(msg, ResultMessage):
+                                result = msg
+                except TimeoutError:
+                    # Noted before the CLI is shut down, which takes a while of its own.
+                    timed_out_at = time.monotonic()
+                    kind = "timeout"
         except ClaudeSDKError as e:
-            # After a limit result the SDK raises too; the result is what counts.
-            if result is None or result.subtype not in LIMITS:
+            # After a limit result the SDK raises too; a result, when there is one, is what counts.
+            if result is None or (result.is_error and result.subtype not in LIMITS):
                 raise HandlerError(f"the agent run failed: {e}") from e
+            log.debug("SDK error after the run's result (ignored): %s", e)
         if result is not None and kind == "ok":
             if result.subtype in LIMITS:
                 kind = result.subtype
@@ -222,7 +227,8 @@ class AgentRunner:
         total = result.total_cost_usd if result and result.total_cost_usd is not None else None
         cost = max(0.0, (total or prior_cost) - prior_cost)
         session_id = (result.session_id if result else None) or session_id
-        duration = result.duration_ms if result else int((time.monotonic() - run.started) * 1000)
+        ended = timed_out_at or time.monotonic()
+        duration = result.duration_ms if result else int((ended - run.started) * 1000)
         turns = result.num_turns if result else run.turns
         if session_id:
             kept = total if total is not None else prior_cost
@@ -274,9 +280,14 @@ class AgentRunner:
             "error_max_budget_usd": f"budget limit (--max-budget-usd {rs.max_budget_usd:g})",
             "timeout": f"time limit (--timeout {rs.timeout:g} s)",
         }[outcome.kind]
+        spent = (
+            f"${outcome.cost_usd:.4f} spent"
+            if outcome.session_cost is not None
+            else "spend not reported (the run was cut off before the model API's usage was totalled)"
+        )
         note = (
             f"Stopped: the agent run for this message hit its {limit} after {outcome.turns} turns, "
-            f"${outcome.cost_usd:.4f} spent in {outcome.duration_ms / 1000:.1f} s. It is not retried."
+            f"{spent} in {outcome.duration_ms / 1000:.1f} s. It is not retried."
         )
         log.warning("run for seq %d: %s", event.seq, note)
         if not event.task_id:

@@ -86,26 +86,31 @@ async def test_final_text_is_the_reply_when_the_run_posted_nothing(world, uniq, 
     assert texts_by(await task_of(world.alice, t2["task_id"]), quiet.agent_id) == []
 
 
-async def test_events_that_need_no_thought_start_no_run(world, uniq, gateway, tmp_path):
+async def test_events_that_need_no_thought_start_no_run_and_friends_refresh_the_team(world, uniq, gateway,
+                                                                                      tmp_path):
     agent = await world.alice.agent(f"r{uniq}")
-    other = await world.bob.agent(f"o{uniq}")
+    other = await world.bob.agent(f"o{uniq}", description="knows geography")
     with ModelServer(lambda req: Reply(text="hello")) as model:
         proc = agent_proc(gateway, agent, tmp_path, "a", model)
         try:
             await started(proc)
-            # A friendship (friend.request / friend.accepted) and a status change are no work.
-            await world.factory.befriend(other, agent)
             task = await ask(world.alice, agent.agent_id, "hi")
             await proc.wait_log(DONE)
+            # A friendship (friend.request / friend.accepted) and a status change are no work...
+            await world.factory.befriend(other, agent)
             resp = await world.alice.post(f"/v1/mesh/tasks/{task['task_id']}/status", {"state": "canceled"})
             assert resp.status_code == 200, resp.text
-            # the next task's run proves the daemon went past the status event without a run
+            # ...the next task's run proves the daemon went past them without a run
             n = len(proc.lines)
             await ask(world.alice, agent.agent_id, "again")
             await proc.wait_log(DONE, after=n)
         finally:
             await proc.stop()
+        first, second = model.agent_turns()
     assert [r["event_type"] for r in runs(tmp_path, "a")] == ["task.created", "task.created"]
+    # the friendship event refreshed the teammates summary at once (not after its 5 min TTL)
+    assert other.agent_id not in first.system
+    assert other.agent_id in second.system and "knows geography" in second.system
 
 
 async def test_session_continues_per_context_and_across_restarts(world, uniq, gateway, tmp_path):
