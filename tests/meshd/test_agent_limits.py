@@ -16,6 +16,7 @@ from tests.meshd.agent_support import (
     agent_proc,
     ask,
     runs,
+    say,
     started,
     task_in_prompt,
     task_of,
@@ -115,12 +116,14 @@ async def test_wall_clock_timeout_fails_the_task(world, uniq, gateway, tmp_path)
 async def test_kill_9_mid_run_reruns_the_event_and_the_reply_appears_once(world, uniq, gateway, tmp_path):
     agent = await world.alice.agent(f"r{uniq}")
     hold = threading.Event()
-    first_run = {"on": True}
+    first_try = {"on": True}
 
     def script(req: Request) -> Reply:
+        if "Crash here" not in req.prompt:  # the context's first event: a plain answer
+            return Reply(text="first answer")
         if req.called("mcp__mesh__mesh_reply") == 0:
             return use_tool(req, "mesh_reply", {"task_id": task_in_prompt(req), "text": "the answer"})
-        if first_run["on"]:
+        if first_try["on"]:
             hold.wait(30)  # the reply is posted; the run is still going when the agent dies
         return Reply(text="done")
 
@@ -128,11 +131,13 @@ async def test_kill_9_mid_run_reruns_the_event_and_the_reply_appears_once(world,
         proc = agent_proc(gateway, agent, tmp_path, "a", model)
         try:
             await started(proc)
-            task = await ask(world.alice, agent.agent_id, "Answer, then crash")
-            await model.wait_turns(2)  # the reply went out; the second turn hangs
+            task = await ask(world.alice, agent.agent_id, "Remember ORCA.")
+            await proc.wait_log(DONE)
+            await say(world.alice, task["task_id"], "Crash here: answer, then die.")
+            await model.wait_turns(3)  # 1 for the first event; the reply went out; the next turn hangs
             proc.signal(signal.SIGKILL)
             await proc.wait()
-            first_run["on"] = False
+            first_try["on"] = False
             hold.set()
             before = len(model.agent_turns())
             proc = agent_proc(gateway, agent, tmp_path, "a", model)
@@ -145,8 +150,15 @@ async def test_kill_9_mid_run_reruns_the_event_and_the_reply_appears_once(world,
     rerun = model.agent_turns()[before:]
     assert any(b["name"] == "mcp__mesh__mesh_reply" for r in rerun for b in r.tool_uses())  # it ran again
     got = await task_of(world.alice, task["task_id"])
-    assert texts_by(got, agent.agent_id) == ["the answer"]  # and posted once
-    assert [r["outcome"] for r in runs(tmp_path, "a")] == ["ok"]
+    assert texts_by(got, agent.agent_id) == ["first answer", "the answer"]  # and posted once
+    assert [r["outcome"] for r in runs(tmp_path, "a")] == ["ok", "ok"]
+    # The re-run continued the context as it was before the killed run (its session was
+    # forked, and the fork only kept once a run ends): the first event is remembered, the
+    # killed run's half is not.
+    again = rerun[0]
+    assert "ORCA" in again.all_text
+    assert again.all_text.count("Crash here") == 1
+    assert again.tool_uses(this_run=False) == []
 
 
 async def test_no_shell_and_no_writes_outside_the_workspace(world, uniq, gateway, tmp_path):
