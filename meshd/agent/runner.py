@@ -123,7 +123,14 @@ class AgentRunner:
                 raise HandlerError(f"cannot read task {event.task_id}: {e}") from e
         rs = self.policy(event, self.settings)
         run = RunContext(client=client, me=self.me, event=event)
-        outcome = await self._run(event, task, rs, run)
+        try:
+            outcome = await self._run(event, task, rs, run)
+        except HandlerError as e:
+            # Recorded too: an errored run may have spent money before it failed.
+            failed = Outcome("error", 0.0, run.turns, int((time.monotonic() - run.started) * 1000),
+                             None, "", None)  # fmt: skip
+            self._record(event, run, failed, False, detail=str(e))
+            raise
         auto = False
         if outcome.kind == "ok":
             auto = await self._auto_reply(event, task, run, outcome)
@@ -309,13 +316,15 @@ class AgentRunner:
         except MeshError as e:
             log.warning("could not report the %s on task %s: %s", limit, event.task_id, e)
 
-    def _record(self, event: InboxEvent, run: RunContext, outcome: Outcome, auto: bool) -> None:
+    def _record(
+        self, event: InboxEvent, run: RunContext, outcome: Outcome, auto: bool, detail: str = ""
+    ) -> None:
         assert self.runs is not None
         rec = RunRecord(
             event_id=event.event_id, seq=event.seq, event_type=event.type, task_id=event.task_id,
             context_id=event.context_id, outcome=outcome.kind, cost_usd=round(outcome.cost_usd, 6),
             turns=outcome.turns, duration_ms=outcome.duration_ms, session_id=outcome.session_id,
-            posted=run.posted + int(auto), auto_reply=auto,
+            posted=run.posted + int(auto), auto_reply=auto, detail=detail[:500],
         )  # fmt: skip
         totals = self.runs.add(rec)
         log.info(

@@ -23,7 +23,7 @@ from tests.meshd.agent_support import (
     texts_by,
 )
 from tests.meshd.support import process_exit
-from tests.support.model_server import ModelServer, Reply, Request, use_tool
+from tests.support.model_server import ApiError, ModelServer, Reply, Request, use_tool
 
 
 def replying(text: str, then: Reply | None = None):
@@ -208,3 +208,30 @@ async def test_sigterm_waits_for_nothing_when_idle(world, uniq, gateway, tmp_pat
         async with asyncio.timeout(30):
             assert await proc.wait() == 0
         await process_exit(proc.pid)
+
+
+async def test_a_model_api_error_is_retried_then_the_task_fails_and_the_inbox_moves_on(world, uniq, gateway,
+                                                                                        tmp_path):
+    agent = await world.alice.agent(f"r{uniq}")
+
+    def script(req: Request) -> Reply | ApiError:
+        if "Break" in req.prompt:
+            return ApiError(400, message="scripted: this request is invalid")
+        return Reply(text="fine")
+
+    with ModelServer(script) as model:
+        proc = agent_proc(gateway, agent, tmp_path, "a", model, "--attempts", "2")
+        try:
+            await started(proc)
+            broken = await ask(world.alice, agent.agent_id, "Break, please")
+            await proc.wait_log(r"task \S+ set to failed")
+            n = len(proc.lines)
+            fine = await ask(world.alice, agent.agent_id, "And now?")
+            await proc.wait_log(DONE, after=n)
+        finally:
+            await proc.stop()
+    got = await task_of(world.alice, broken["task_id"])
+    assert got["state"] == "failed"
+    assert "scripted: this request is invalid" in got["status_message"]["parts"][0]["text"]
+    assert [r["outcome"] for r in runs(tmp_path, "a")] == ["error", "error", "ok"]  # --attempts 2
+    assert texts_by(await task_of(world.alice, fine["task_id"]), agent.agent_id) == ["fine"]

@@ -46,7 +46,16 @@ class Reply:
         return "tool_use" if self.tools else "end_turn"
 
 
-Script = Callable[["Request"], Reply]
+@dataclass
+class ApiError:
+    """An error answer of the API (e.g. 400 invalid_request_error, which the CLI does not retry)."""
+
+    status: int = 400
+    type: str = "invalid_request_error"
+    message: str = "scripted failure"
+
+
+Script = Callable[["Request"], "Reply | ApiError"]
 
 
 @dataclass
@@ -288,6 +297,10 @@ class ModelServer:
                 except Exception as e:  # a broken script shows in the test, not as a hang
                     server.errors.append(f"{type(e).__name__}: {e}")
                     self._json({"type": "error", "error": {"type": "api_error", "message": str(e)}}, 500)
+                    return
+                if isinstance(reply, ApiError):
+                    self._json({"type": "error", "error": {"type": reply.type, "message": reply.message}},
+                               reply.status)  # fmt: skip
                     return
                 model = body.get("model") or MODEL
                 if body.get("stream"):
