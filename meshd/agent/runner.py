@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,7 @@ from claude_agent_sdk import (
     query,
 )
 from claude_agent_sdk import __version__ as sdk_version
+from claude_agent_sdk.types import HookEvent
 
 from meshd.agent.permissions import path_guard
 from meshd.agent.prompt import Teammates, system_prompt, wake_prompt
@@ -56,6 +58,7 @@ LIMITS = {
 # Events that change who the agent may talk to: the teammates summary is rebuilt.
 TEAM_EVENTS = frozenset({"friend.accepted", "friend.request", "group.notice"})
 RUNTIME = f"claude-agent-sdk/{sdk_version}"
+HookSource = Callable[[RunContext], dict[HookEvent, list[HookMatcher]]]
 
 
 @dataclass
@@ -74,9 +77,14 @@ class AgentRunner:
 
     name = "claude-agent"
 
-    def __init__(self, settings: AgentSettings, policy: Policy = default_policy) -> None:
+    def __init__(
+        self, settings: AgentSettings, policy: Policy = default_policy, hooks: HookSource | None = None
+    ) -> None:
         self.settings = settings
         self.policy = policy
+        # More SDK hooks per run (verification labels, notes, runaway guards): they are
+        # added after the workspace guard, which always stays first.
+        self.extra_hooks = hooks
         self._ready = False
         self.me = ""
         self.workspace = Path(".")
@@ -163,7 +171,7 @@ class AgentRunner:
             "allowed_tools": [*mesh_tools, *st.tools],
             "disallowed_tools": [t for t in RISKY_TOOLS if t not in st.tools],
             "permission_mode": "dontAsk",
-            "hooks": {"PreToolUse": [HookMatcher(hooks=[path_guard(self.workspace, extra)])]},
+            "hooks": self._hooks(run, extra),
             "cwd": str(self.workspace),
             "add_dirs": [str(p) for p in extra],
             # Project settings in the workspace could add hooks that run commands:
@@ -184,6 +192,15 @@ class AgentRunner:
         if session is not None:
             opts.update(resume=session.session_id, fork_session=True)
         return ClaudeAgentOptions(**opts)
+
+    def _hooks(self, run: RunContext, extra: list[Path]) -> dict[HookEvent, list[HookMatcher]]:
+        hooks: dict[HookEvent, list[HookMatcher]] = {
+            "PreToolUse": [HookMatcher(hooks=[path_guard(self.workspace, extra)])]
+        }
+        if self.extra_hooks is not None:
+            for name, matchers in self.extra_hooks(run).items():
+                hooks.setdefault(name, []).extend(matchers)
+        return hooks
 
     async def _run(self, event: InboxEvent, task: Task | None, rs: RunSettings, run: RunContext) -> Outcome:
         assert self.sessions is not None

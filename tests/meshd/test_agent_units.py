@@ -87,3 +87,19 @@ def test_session_store_survives_a_reload(tmp_path):
     again = SessionStore(tmp_path).get("c-1")
     assert again is not None and again.session_id == "sess-b" and again.cost_usd == 0.7 and again.runs == 2
     assert SessionStore(tmp_path).get("c-2") is None
+
+
+def test_default_policy_takes_a_smaller_turn_limit_from_the_message_never_a_larger_one():
+    from meshd.agent.settings import AgentSettings, default_policy
+
+    settings = AgentSettings()
+
+    def with_meta(meta):
+        e = _event()
+        raw = e.to_json()
+        raw["payload"]["message"]["metadata"] = meta
+        return InboxEvent.from_json(raw)
+
+    assert default_policy(with_meta({"max_turns": 5}), settings).max_turns == 5
+    assert default_policy(with_meta({"max_turns": 500}), settings).max_turns == 30
+    assert default_policy(_event(), settings) == settings.run
