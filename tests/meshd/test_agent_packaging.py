@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import ast
+import os
 import subprocess
 import sys
 import tomllib
+
+import pytest
 
 from tests.meshd.support import REPO
 
@@ -20,6 +23,8 @@ def test_the_extra_is_pinned_alike_in_both_distributions():
     assert len(pin) == 1 and pin[0].startswith("claude-agent-sdk==")
     assert root["project"]["optional-dependencies"]["claude"] == pin
     assert "meshd.agent" in meshd["tool"]["setuptools"]["packages"]
+    if os.environ.get("CI") != "true":
+        pytest.importorskip("claude_agent_sdk")
     from claude_agent_sdk import __version__
 
     assert pin[0] == f"claude-agent-sdk=={__version__}"  # the tests ran against the pinned version
