@@ -139,6 +139,11 @@ class InboxEvent(WireModel):
         m = self.message
         return m.text if m else ""
 
+    @property
+    def task(self) -> dict[str, Any] | None:
+        """The task as it was after this event (``task.created``, ``task.status``, ``task.timeout``)."""
+        return self.payload.get("task")
+
 
 class InboxPage(WireModel):
     """``GET /v1/mesh/inbox``: ``next_after`` is the seq to read after next time."""

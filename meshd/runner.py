@@ -28,7 +28,7 @@ from meshd.errors import (
 )
 from meshd.handlers import Handler, HandlerContext, HandlerError, Reply
 from meshd.ids import derived_message_id
-from meshd.models import InboxEvent, text_part
+from meshd.models import InboxEvent, Part, text_part
 from meshd.options import DaemonOptions, StopSignal
 from meshd.state import DaemonState
 
@@ -64,7 +64,7 @@ async def run_with_retries(
     raise AssertionError("attempts must be at least 1")
 
 
-def reply_action(agent_id: str, event: InboxEvent, reply: str | list[Any]) -> dict[str, Any]:
+def reply_action(agent_id: str, event: InboxEvent, reply: str | list[Part]) -> dict[str, Any]:
     parts = [text_part(reply)] if isinstance(reply, str) else reply
     # The same event always yields the same reply id: a re-run after a crash in
     # the instant between handler and state write is recognised by the gateway.

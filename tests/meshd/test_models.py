@@ -72,6 +72,7 @@ def test_inbox_event_and_page():
     assert (event.seq, event.type, event.from_agent_id, page.next_after) == (7, "task.created", "a@x", 7)
     assert event.text == "review PR 12"
     assert event.message is not None and event.message.parts[1] == {"kind": "data", "data": {"pr": 12}}
+    assert event.task == TASK
     assert event.raw is EVENT  # an --exec handler gets exactly what the gateway sent
 
 

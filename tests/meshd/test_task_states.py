@@ -28,8 +28,6 @@ def test_the_help_text_lists_every_move():
 def test_no_other_meshd_module_spells_out_the_states():
     """One copy: other modules import it rather than repeating the table."""
     owners = {
-        str(p.relative_to(REPO))
-        for p in (REPO / "meshd").rglob("*.py")
-        if '"auth-required"' in p.read_text()
+        str(p.relative_to(REPO)) for p in (REPO / "meshd").rglob("*.py") if '"auth-required"' in p.read_text()
     }
     assert owners == {"meshd/task_states.py"}
