@@ -8,8 +8,8 @@ from meshd.models import InboxEvent, InboxPage, Message, Task, TaskPage, TokenIn
 
 T0 = "2026-11-30T10:00:00.123456+00:00"
 TASK = {
-    "task_id": "t-a@x-1764496800123-abc123",
-    "context_id": "c-a@x-1764496800123-xyz789",
+    "task_id": "t-a@x-1796032800123-abc123",
+    "context_id": "c-a@x-1796032800123-xyz789",
     "state": "submitted",
     "initiator": "a@x",
     "serving_agent": "b@x",
@@ -18,7 +18,7 @@ TASK = {
     "updated_at": T0,
 }
 MESSAGE = {
-    "message_id": "m-a@x-1764496800123-abcd1234",
+    "message_id": "m-a@x-1796032800123-abcd1234",
     "task_id": TASK["task_id"],
     "context_id": TASK["context_id"],
     "role": "user",
@@ -30,7 +30,7 @@ MESSAGE = {
 }
 EVENT = {
     "seq": 7,
-    "event_id": "e-1764496800123-q1w2e3r4",
+    "event_id": "e-1796032800123-q1w2e3r4",
     "type": "task.created",
     "task_id": TASK["task_id"],
     "context_id": TASK["context_id"],
