@@ -86,10 +86,10 @@ def load_config(
     path = path or config_path(env)
     file = read_config_file(path)
     url = url or env.get("MESH_URL") or file.get("url")
-    if api_key or token:
-        pass
-    elif env.get("MESH_API_KEY") or env.get("MESH_TOKEN"):
-        api_key, token = env.get("MESH_API_KEY") or None, env.get("MESH_TOKEN") or None
-    else:
-        api_key, token = file.get("api_key"), file.get("token")
+    # Credentials come as a pair from one place: a key from a flag never meets a token from the file.
+    if not (api_key or token):
+        if env.get("MESH_API_KEY") or env.get("MESH_TOKEN"):
+            api_key, token = env.get("MESH_API_KEY") or None, env.get("MESH_TOKEN") or None
+        else:
+            api_key, token = file.get("api_key"), file.get("token")
     return Config(url=url.rstrip("/") if url else None, api_key=api_key, token=token, path=path)
