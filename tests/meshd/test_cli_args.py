@@ -55,6 +55,7 @@ def test_event_line_is_readable():
             "type": "task.status",
             "task_id": "t-1",
             "from_agent_id": "a@b",
+            "created_at": "2026-11-30T10:00:00+00:00",
             "payload": {"state": "working", "previous_state": "submitted"},
         }
     )

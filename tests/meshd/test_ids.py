@@ -1,13 +1,7 @@
 import re
 
-from meshd.ids import (
-    base36,
-    derived_message_id,
-    is_valid_id,
-    new_artifact_id,
-    new_message_id,
-    new_task_id,
-)
+from app.ids import is_valid_id  # the gateway's rule: what it accepts is what we generate
+from meshd.ids import base36, derived_message_id, new_artifact_id, new_message_id, new_task_id
 
 
 def test_message_and_task_ids_follow_the_design_format():
@@ -34,7 +28,7 @@ def test_derived_ids_are_stable_per_key_and_valid():
     a = derived_message_id("coder@bob", "e-1-abc", unix_ms=5)
     assert a == derived_message_id("coder@bob", "e-1-abc", unix_ms=5)
     assert a != derived_message_id("coder@bob", "e-1-abd", unix_ms=5)
-    assert re.fullmatch(r"m-coder@bob-5-[0-9a-z]{8}", a)
+    assert re.fullmatch(r"m-coder@bob-5-[0-9a-z]{8}", a) and is_valid_id(a)
 
 
 def test_base36():

@@ -1,6 +1,6 @@
-"""``meshd`` installs on its own: its distribution declares only httpx, httpx-sse and mcp,
-and no module imports anything else outside the standard library (pydantic comes
-with mcp, whose tool-schema API is pydantic's ``Field``)."""
+"""``meshd`` installs on its own: its distribution declares only httpx, httpx-sse, mcp and
+pydantic (its models; mcp brings it anyway), and no module imports anything else
+outside the standard library — in particular not the gateway's ``app``."""
 
 from __future__ import annotations
 
@@ -17,13 +17,17 @@ ALLOWED = {"meshd", "httpx", "httpx_sse", "mcp", "pydantic"}
 def test_distribution_metadata():
     meta = tomllib.loads((MESHD / "pyproject.toml").read_text())
     deps = {d.split(">")[0].split("<")[0].split("=")[0] for d in meta["project"]["dependencies"]}
-    assert deps == {"httpx", "httpx-sse", "mcp"}
+    assert deps == {"httpx", "httpx-sse", "mcp", "pydantic"}
     assert meta["project"]["scripts"] == {"mesh": "meshd.cli:main"}
     assert meta["tool"]["setuptools"]["package-dir"] == {"meshd": "."}
+    # every folder with modules is a package the distribution ships
+    folders = {p.parent for p in MESHD.rglob("*.py")}
+    shipped = {".".join(("meshd", *f.relative_to(MESHD).parts)) for f in folders}
+    assert set(meta["tool"]["setuptools"]["packages"]) == shipped
 
 
 def test_modules_import_only_the_stdlib_and_declared_dependencies():
-    for path in sorted(MESHD.glob("*.py")):
+    for path in sorted(MESHD.rglob("*.py")):
         tree = ast.parse(path.read_text(), str(path))
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):
