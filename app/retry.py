@@ -106,15 +106,15 @@ class Backoff:
 
 
 async def retry(call: Callable[[], Awaitable[T]], backoff: Backoff,
-                retry_on: tuple[type[BaseException], ...]) -> T:
-    """``await call()`` until it returns, backing off after each ``retry_on`` error.
-    Any other error propagates at once; when the backoff's ``stop`` is set, the
-    last ``retry_on`` error is raised."""
+                retry_on: tuple[type[BaseException], ...], what: str = "") -> T:
+    """``await call()`` until it returns, backing off after each ``retry_on`` error
+    (logged as ``what (error)``). Any other error propagates at once; when the
+    backoff's ``stop`` is set, the last ``retry_on`` error is raised."""
     while True:
         try:
             result = await call()
         except retry_on as exc:
-            if not await backoff.wait(exc):
+            if not await backoff.wait(f"{what} ({exc})" if what else exc):
                 raise
             continue
         backoff.reset()

@@ -103,7 +103,7 @@ async def test_a_stop_request_cuts_a_long_wait_short() -> None:
     assert await asyncio.wait_for(waiting, 5) is False
 
 
-async def test_retry_returns_once_the_call_succeeds() -> None:
+async def test_retry_returns_once_the_call_succeeds(caplog: pytest.LogCaptureFixture) -> None:
     name = component()
     sleeps = Sleeps()
     outcomes: list[Exception | str] = [ConnectionError("a"), OSError("b"), "ok"]
@@ -115,10 +115,11 @@ async def test_retry_returns_once_the_call_succeeds() -> None:
         return outcome
 
     backoff = Backoff(name, Schedule(jitter=0.0), sleep=sleeps)
-    assert await retry(call, backoff, (OSError,)) == "ok"
+    assert await retry(call, backoff, (OSError,), "the service is down") == "ok"
     assert sleeps.delays == pytest.approx([0.1, 0.2])
     assert backoff.failures == 0  # reset by the success
     assert reconnects(name) == 2
+    assert f"{name}: the service is down (b); retrying in 0.20s" in caplog.text
 
 
 async def test_retry_lets_other_errors_through_at_once() -> None:

@@ -133,9 +133,6 @@ class Relay:
             with contextlib.suppress(Exception):
                 await self._listener.close()
 
-    def wake(self) -> None:
-        self._wake.set()
-
     async def _run(self) -> None:
         # Both back off only until a stop request: SIGTERM must not wait 15 s.
         backoff = Backoff("relay_db", stop=self._stop, logger=log)

@@ -90,7 +90,8 @@ class Runtime:
             self._pool = await retry(
                 lambda: db.create_pool(self.settings, min_size=1, max_size=4),
                 Backoff("db_connect", stop=self.stop),
-                (OSError, asyncpg.CannotConnectNowError))
+                (OSError, asyncpg.CannotConnectNowError),
+                "Postgres is not reachable yet; check MESH_DATABASE_URL and that it is up")
             self._stack.push_async_callback(self._pool.close)
         return self._pool
 
