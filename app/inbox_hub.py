@@ -22,6 +22,8 @@ from collections.abc import AsyncIterator
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
+from app.retry import Backoff
+
 log = logging.getLogger("mesh.hub")
 
 CHANNEL = "mesh:inbox-notify"
@@ -114,7 +116,7 @@ class InboxHub:
                 waiter.wake()
 
     async def _run(self) -> None:
-        backoff = 0.1
+        backoff = Backoff("inbox_hub", logger=log)
         while True:
             client = aioredis.from_url(self._redis_url, health_check_interval=10)
             pubsub = client.pubsub(ignore_subscribe_messages=True)
@@ -122,7 +124,7 @@ class InboxHub:
                 await pubsub.subscribe(CHANNEL)
                 self.connected.set()
                 self._wake_all()
-                backoff = 0.1
+                backoff.reset()
                 async for message in pubsub.listen():
                     if message.get("type") != "message":
                         continue
@@ -130,14 +132,14 @@ class InboxHub:
                     text = data.decode() if isinstance(data, bytes) else str(data)
                     agent_id, _, what = text.partition(" ")
                     self._wake(agent_id, auth=what == AUTH_CHANGED)
+                reason = "Redis ended the subscription"
             except asyncio.CancelledError:
                 raise
             except (RedisError, OSError) as exc:
-                log.warning("inbox hub lost Redis (%s); reconnecting in %.1fs", exc, backoff)
+                reason = f"lost Redis ({exc})"
             finally:
                 self.connected.clear()
                 with contextlib.suppress(Exception):
                     await pubsub.aclose()
                     await client.aclose()
-            await asyncio.sleep(backoff)
-            backoff = min(backoff * 2, 5.0)
+            await backoff.wait(reason)

@@ -28,6 +28,24 @@ DEDUP_HITS = Counter(
     "Duplicates suppressed: idempotent retries, events the push worker had already written.",
     ["where"],
 )
+RECONNECTS = Counter(
+    "agent_mesh_reconnects",
+    "Retries after a lost connection or a failed call, by the loop that backed off "
+    "(app/retry.py). A steady rate means a dependency keeps failing.",
+    ["component"],
+)
+RELAY_BATCHES = Counter(
+    "agent_mesh_relay_batches",
+    "Outbox batches the relay claimed and published (one transaction each).",
+)
+PUSH_WRITTEN = Counter(
+    "agent_mesh_push_written",
+    "Events the push worker appended to the per-agent Redis streams (duplicates excluded).",
+)
+RELAY_WAKEUPS = Counter(
+    "agent_mesh_relay_wakeups",
+    "NOTIFYs a web process sent to wake the relay (one covers every commit since the last).",
+)
 TASK_TIMEOUTS = Counter(
     "agent_mesh_task_timeout",
     "Tasks failed by the activity timeout.",

@@ -164,7 +164,7 @@ def init_sentry(settings: Settings, process: str) -> bool:
     from sentry_sdk.integrations.starlette import StarletteIntegration
 
     integrations: list[Integration] = (
-        # Workers and cron run arq; the integration is inert where no job runs.
+        # cron runs arq; in the relay and push workers (no arq) the integration is inert.
         [StarletteIntegration()] if process == "web" else [ArqIntegration()]
     )
     before_send = functools.partial(scrub_event, process=process)

@@ -17,6 +17,8 @@ import logging
 
 import asyncpg
 
+from app.metrics import RELAY_WAKEUPS
+from app.retry import Backoff
 from app.store.outbox import wake_relay
 
 log = logging.getLogger("mesh.wakeup")
@@ -46,12 +48,15 @@ class RelayWakeup:
                 await self._task
 
     async def _run(self) -> None:
+        backoff = Backoff("relay_wakeup", logger=log)
         while True:
             await self._pending.wait()
             self._pending.clear()
             try:
                 await wake_relay(self._pool)
                 self.sent += 1
+                RELAY_WAKEUPS.inc()
+                backoff.reset()
             except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
-                log.warning("could not wake the relay (%s); its sweep will find the rows", exc)
-                await asyncio.sleep(0.5)
+                # Whatever fails here, the relay's sweep still finds the rows.
+                await backoff.wait(f"could not wake the relay ({exc})")

@@ -4,7 +4,7 @@ a migrated database, the mesh processes, and facts about the machine.
 Everything is started from the project's code: ``devstack.stack.Stack`` for
 Postgres/Redis/Kafka, ``app.migrate`` for the schema and
 ``tests.support.procs.MeshProcess`` for web/outbox/push, i.e. the exact
-Procfile commands (uvicorn single worker, arq relay, push worker).
+Procfile commands (uvicorn single worker, outbox relay, push worker).
 """
 
 from __future__ import annotations

@@ -20,16 +20,10 @@ REFRESH_FRACTION = 2 / 3
 REFRESH_JITTER = 0.05
 
 
-def refresh_delay(
-    ttl: float,
-    *,
-    rng: random.Random | None = None,
-    fraction: float = REFRESH_FRACTION,
-    jitter: float = REFRESH_JITTER,
-) -> float:
+def refresh_delay(ttl: float, *, rng: random.Random | None = None) -> float:
     """Seconds after issue at which a token of lifetime ``ttl`` is renewed."""
     r = rng or random
-    return ttl * fraction * r.uniform(1 - jitter, 1 + jitter)
+    return ttl * REFRESH_FRACTION * r.uniform(1 - REFRESH_JITTER, 1 + REFRESH_JITTER)
 
 
 class TokenSource:

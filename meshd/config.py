@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from meshd.errors import ConfigError
+from meshd.files import atomic_write_json
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,19 +71,7 @@ def read_config_file(path: Path) -> dict[str, str]:
 def write_config_file(path: Path, data: Mapping[str, str]) -> None:
     """Write ``data`` to ``path`` atomically, readable by the owner only (0600)."""
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    fd, tmp = tempfile.mkstemp(prefix=".config-", dir=path.parent)
-    try:
-        os.fchmod(fd, 0o600)
-        with os.fdopen(fd, "w") as f:
-            json.dump(dict(data), f, indent=2)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    os.chmod(path, 0o600)
+    atomic_write_json(path, dict(data), indent=2)
 
 
 def load_config(
@@ -98,10 +86,10 @@ def load_config(
     path = path or config_path(env)
     file = read_config_file(path)
     url = url or env.get("MESH_URL") or file.get("url")
-    if api_key or token:
-        pass
-    elif env.get("MESH_API_KEY") or env.get("MESH_TOKEN"):
-        api_key, token = env.get("MESH_API_KEY") or None, env.get("MESH_TOKEN") or None
-    else:
-        api_key, token = file.get("api_key"), file.get("token")
+    # Credentials come as a pair from one place: a key from a flag never meets a token from the file.
+    if not (api_key or token):
+        if env.get("MESH_API_KEY") or env.get("MESH_TOKEN"):
+            api_key, token = env.get("MESH_API_KEY") or None, env.get("MESH_TOKEN") or None
+        else:
+            api_key, token = file.get("api_key"), file.get("token")
     return Config(url=url.rstrip("/") if url else None, api_key=api_key, token=token, path=path)

@@ -18,6 +18,10 @@ class ConfigError(MeshError):
     """Missing or unusable configuration (no URL, no API key, unreadable config file)."""
 
 
+class FatalError(MeshError):
+    """The daemon cannot go on (credentials rejected, agent gone, state of another agent)."""
+
+
 class MeshConnectionError(MeshError):
     """The gateway could not be reached (after retries, when the call retries)."""
 

@@ -31,6 +31,8 @@ if TYPE_CHECKING:
 
 Reply = str | list[Part] | None
 STDERR_TAIL = 2000
+# Per attempt of an --exec command; `mesh daemon --timeout` defaults to it.
+DEFAULT_TIMEOUT = 300.0
 
 
 class HandlerError(Exception):
@@ -130,7 +132,7 @@ class ExecHandler:
         self,
         command: str,
         *,
-        timeout: float = 300.0,
+        timeout: float = DEFAULT_TIMEOUT,
         env: Mapping[str, str] | None = None,
         cwd: str | None = None,
     ) -> None:

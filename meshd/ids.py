@@ -8,13 +8,11 @@ task ``t-{agent_id}-{unix_ms}-{6 base36}``, message ``m-{agent_id}-{unix_ms}-{8 
 from __future__ import annotations
 
 import hashlib
-import re
 import secrets
 import time
 
-ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{2,127}$")
 _B36 = "0123456789abcdefghijklmnopqrstuvwxyz"
-_MAX_LEN = 128
+_MAX_LEN = 128  # DESIGN §3: ids match ^[A-Za-z0-9][A-Za-z0-9._:@-]{2,127}$
 
 
 def base36(n: int, width: int) -> str:
@@ -66,5 +64,11 @@ def derived_message_id(agent_id: str, key: str, *, unix_ms: int = 0) -> str:
     return _compose("m", agent_id, unix_ms, base36(digest % 36**8, 8))
 
 
-def is_valid_id(value: str) -> bool:
-    return bool(ID_RE.fullmatch(value))  # match() with '$' would accept a trailing newline
+def derived_task_id(agent_id: str, key: str, *, unix_ms: int = 0) -> str:
+    """A task id that is the same every time for the same ``key`` (as :func:`derived_message_id`).
+
+    ``mesh agent`` opens a task for the n-th ``mesh_send_message`` of the run for
+    event E with the id derived from that call, so a re-run opens it once.
+    """
+    digest = int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big")
+    return _compose("t", agent_id, unix_ms, base36(digest % 36**6, 6))

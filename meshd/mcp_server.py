@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Awaitable, Callable
-from typing import Annotated, Any, Literal, ParamSpec, TypeVar
+from typing import Annotated, Any, ParamSpec, TypeVar
 
 from pydantic import Field
 
@@ -27,7 +27,8 @@ from meshd.errors import (
     RateLimitedError,
     ValidationError,
 )
-from meshd.models import TRANSITIONS, InboxEvent, Message, Task, parts_text
+from meshd.models import InboxEvent, Message, Task, parts_text
+from meshd.task_states import TaskState, transitions_text
 
 try:  # mcp >= 2
     from mcp.server.mcpserver import MCPServer
@@ -39,17 +40,6 @@ except ImportError:  # pragma: no cover - mcp 1.x
 P = ParamSpec("P")
 R = TypeVar("R")
 
-TaskStateArg = Literal[
-    "working",
-    "input-required",
-    "auth-required",
-    "completed",
-    "failed",
-    "canceled",
-    "rejected",
-    "submitted",
-]
-
 INSTRUCTIONS = """\
 You are an agent on Agent Mesh. Other agents are addressed by agent_id (name@owner).
 Work arrives as tasks in your inbox: call mesh_check_inbox, read the message, do the
@@ -59,10 +49,6 @@ To ask another agent for something, mesh_send_message opens a new task; its answ
 arrives later in your inbox. You can only message friends or members of a shared
 group (mesh_list_friends, mesh_list_groups).
 """
-
-
-def _transitions_text() -> str:
-    return "; ".join(f"{a} → {'|'.join(sorted(b))}" for a, b in TRANSITIONS.items())
 
 
 def explain(e: MeshError, tool: str) -> str:
@@ -93,7 +79,7 @@ def explain(e: MeshError, tool: str) -> str:
         if tool == "mesh_set_task_status":
             return (
                 f"Conflict: {detail}. Call mesh_get_task to see the current state. Allowed moves: "
-                f"{_transitions_text()}. The serving agent sets states; either side may cancel."
+                f"{transitions_text()}. The serving agent sets states; either side may cancel."
             )
         if tool == "mesh_reply":
             return (
@@ -143,9 +129,8 @@ def message_brief(m: Message) -> dict[str, Any]:
     other = [p for p in m.parts if p.get("kind") != "text"]
     if other:
         out["other_parts"] = other
-    receipt = m.raw.get("receipt")
-    if isinstance(receipt, dict) and receipt.get("status"):
-        out["receipt"] = receipt["status"]
+    if m.receipt is not None:
+        out["receipt"] = m.receipt.status
     return out
 
 
@@ -243,13 +228,12 @@ def build_server(get_client: Callable[[], Awaitable[MeshClient]]) -> MCPServer:
         ] = None,
     ) -> dict[str, Any]:
         task = await (await get_client()).send(to_agent_id, text, data=data, context_id=context_id)
-        msg = task.raw.get("message") or {}
         return {
             "task_id": task.task_id,
             "context_id": task.context_id,
             "state": task.state,
             "serving_agent": task.serving_agent,
-            "message_id": msg.get("message_id"),
+            "message_id": task.message.message_id if task.message else None,
         }
 
     @server.tool(
@@ -273,13 +257,13 @@ def build_server(get_client: Callable[[], Awaitable[MeshClient]]) -> MCPServer:
     @_tool_errors("mesh_set_task_status")
     async def mesh_set_task_status(
         task_id: Annotated[str, Field(description="The task id")],
-        state: Annotated[TaskStateArg, Field(description="The new state")],
+        state: Annotated[TaskState, Field(description="The new state")],
         message: Annotated[
             str | None, Field(description="Optional note sent with the change (e.g. the reason)")
         ] = None,
     ) -> dict[str, Any]:
         out = await (await get_client()).set_status(task_id, state, message)
-        return {"task_id": task_id, "state": out.get("state", state)}
+        return {"task_id": task_id, "state": out["state"]}
 
     @server.tool(description="A task with its state, every message (with delivery receipts) and artifacts.")
     @_tool_errors("mesh_get_task")

@@ -17,12 +17,12 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import tempfile
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
 from meshd.errors import MeshError
+from meshd.files import atomic_write_json
 
 STATE_VERSION = 1
 DEFAULT_WINDOW = 500
@@ -57,24 +57,6 @@ class DedupWindow:
 
     def ids(self) -> list[str]:
         return list(self._ids)
-
-
-def atomic_write_json(path: Path, data: Any) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, separators=(",", ":"))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    dfd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
 
 
 class DaemonState:
@@ -139,10 +121,6 @@ class DaemonState:
         )
 
     # -- progress ------------------------------------------------------------
-    def seen(self, seq: int, event_id: str) -> bool:
-        """True when this event was handled already (by seq or by id)."""
-        return (self.cursor is not None and seq <= self.cursor) or event_id in self.handled
-
     def record(self, seq: int, event_id: str) -> None:
         self.handled.add(event_id)
         if self.cursor is None or seq > self.cursor:

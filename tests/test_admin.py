@@ -11,7 +11,6 @@ push stream ``inbox:{agent}`` and on an SSE connection.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import uuid
 from collections.abc import AsyncIterator
@@ -24,12 +23,11 @@ import redis.asyncio as aioredis
 from httpx_sse import aconnect_sse
 
 from app.settings import Settings
-from tests.support.isolated import TEST_BUS, started_publisher, wait_until
+from tests.support.isolated import wait_until
 from tests.support.meshapi import AgentHandle, MeshFactory, OwnerHandle
+from tests.support.pipeline import run_push, run_relay
 from tests.support.servers import serve_app
-from workers.bus import BusOptions, create_subscriber
-from workers.push import Push, stream_key
-from workers.relay import Relay
+from workers.push import stream_key
 
 BIG = "x" * 5000  # an event carrying this is over the 4 KiB test limit
 SECRET = "confidential-dead-letter-content"
@@ -55,35 +53,6 @@ async def mesh(web: str) -> AsyncIterator[MeshFactory]:
 async def admin(mesh: MeshFactory) -> OwnerHandle:
     # "admin" is in base_settings.admin_usernames; the database is new, so this is its first use.
     return await mesh.owner("admin")
-
-
-@contextlib.asynccontextmanager
-async def running_relay(settings: Settings, pool: asyncpg.Pool, **options: Any
-                        ) -> AsyncIterator[Relay]:
-    async with started_publisher(settings, **options) as publisher:
-        relay = Relay(settings, pool, publisher)
-        await relay.start()
-        try:
-            yield relay
-        finally:
-            await relay.stop()
-
-
-@contextlib.asynccontextmanager
-async def running_push(settings: Settings) -> AsyncIterator[Push]:
-    subscriber = create_subscriber(settings, settings.push_group, f"test-{uuid.uuid4().hex[:6]}",
-                                   BusOptions(**TEST_BUS))
-    await subscriber.start()
-    redis = aioredis.from_url(settings.redis_url)
-    push = Push(settings, redis, subscriber)
-    task = asyncio.create_task(push.run())
-    try:
-        yield push
-    finally:
-        push.stop()
-        await task
-        await subscriber.stop()
-        await redis.aclose()
 
 
 def ok(resp: httpx.Response, status: int = 200) -> Any:
@@ -140,8 +109,8 @@ async def test_dead_letters_are_listed_and_retried_into_exactly_one_delivery(
         iso: Settings, pool: asyncpg.Pool, web: str, mesh: MeshFactory, admin: OwnerHandle,
         redis_client: aioredis.Redis) -> None:
     a, b = await mesh.pair()  # b: seq 1 friend.request
-    async with running_push(iso):
-        async with running_relay(iso, pool, max_record_bytes=4096):
+    async with run_push(iso):
+        async with run_relay(iso, max_record_bytes=4096):
             task = await a.send(b.agent_id, "small")                   # b seq 2
             await a.reply(task["task_id"], SECRET + BIG)                # b seq 3: dead
             await a.reply(task["task_id"], "small again")               # b seq 4
@@ -166,7 +135,7 @@ async def test_dead_letters_are_listed_and_retried_into_exactly_one_delivery(
         assert await stream_seqs(redis_client, b.agent_id) == [1, 2, 4]
 
         # The operator raises the bus limit (a relay with the normal one) and retries.
-        async with running_relay(iso, pool):
+        async with run_relay(iso):
             seq3, seq5 = dead[0]["id"], dead[1]["id"]
             assert ok(await admin.post(f"/v1/admin/outbox/dead/{seq5}/retry")) == \
                 {"retried": 1, "ids": [seq5]}

@@ -160,7 +160,7 @@ async def test_two_concurrent_runs_never_double_act(
         assert (await agent.post("/v1/mesh/heartbeat")).status_code == 200
     a, b = await mesh.pair()
     tasks = [(await a.send(b.agent_id, f"t{i}"))["task_id"] for i in range(30)]
-    await relay_pending(iso, pool)  # every event so far: sent
+    await relay_pending(iso)  # every event so far: sent
     old_sent = (await outbox_counts(pool))["sent"]
     now = await db_now(pool) + timedelta(days=iso.outbox_retention_days, seconds=1)
     before = timeouts()
@@ -199,16 +199,16 @@ async def test_retention_deletes_only_old_sent_rows_in_batches(
     task = await a.send(b.agent_id, "old 0")
     for i in range(1, 5):
         await a.reply(task["task_id"], f"old {i}")
-    await relay_pending(iso, pool)
+    await relay_pending(iso)
     old = (await outbox_counts(pool))["sent"]
     t_mid = await db_now(pool)  # every "old" row was sent before this instant
 
     for i in range(3):
         await a.reply(task["task_id"], f"recent {i}")
-    await relay_pending(iso, pool)
+    await relay_pending(iso)
     for _ in range(2):
         await a.reply(task["task_id"], SECRET_TEXT * 100)  # ~5 KB: over the small limit
-    await relay_pending(iso, pool, max_record_bytes=4096)
+    await relay_pending(iso, max_record_bytes=4096)
     for i in range(2):
         await a.reply(task["task_id"], f"pending {i}")  # no relay runs: stays pending
     before = await outbox_counts(pool)
@@ -237,7 +237,7 @@ async def make_dead_letters(iso: Settings, pool: asyncpg.Pool, sender: AgentHand
                             task_id: str, n: int) -> None:
     for _ in range(n):
         await sender.reply(task_id, SECRET_TEXT * 100)
-    await relay_pending(iso, pool, max_record_bytes=4096)
+    await relay_pending(iso, max_record_bytes=4096)
 
 
 async def test_dead_letter_alert_fires_once_per_new_dead_letters(
@@ -248,7 +248,7 @@ async def test_dead_letter_alert_fires_once_per_new_dead_letters(
     assert init_sentry(iso.model_copy(update={"sentry_dsn": dsn}), "cron")
     a, b = await mesh.pair()
     task = await a.send(b.agent_id, "hello")
-    await relay_pending(iso, pool)
+    await relay_pending(iso)
     # Nothing dead yet: no alert.
     assert await jobs.alert_dead_letters(pool, redis_client, iso) == {"failed": 0, "new": 0}
 

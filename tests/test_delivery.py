@@ -5,6 +5,7 @@ and the metrics of this path."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 
@@ -12,14 +13,14 @@ import httpx
 import pytest
 from httpx_sse import aconnect_sse
 
-from app import db as app_db
 from app.settings import Settings
 from devstack.process import free_port
 from devstack.redis import Redis as RedisServer
 from tests.support.meshapi import MeshFactory
 from tests.support.pipeline import run_pipeline
-from workers.bus import BusOptions, create_publisher, create_subscriber
-from workers.relay import Relay
+from workers import relay as relay_worker
+from workers.bus import BusOptions
+from workers.runtime import opened
 
 
 def isolated(settings: Settings, uniq: str, **extra: object) -> Settings:
@@ -53,15 +54,13 @@ async def test_relay_backs_off_then_dead_letters_when_the_bus_is_unreachable(
     bus_redis.start()
     settings = isolated(migrated, uniq, bus="redis", redis_url=bus_redis.url,
                         relay_retry_base_seconds=0.05, relay_max_attempts=3)
-    pool = await app_db.create_pool(settings, min_size=1, max_size=2)
-    publisher = create_publisher(settings, BusOptions(publish_timeout=0.5, connect_timeout=2))
-    await publisher.start()
-    bus_redis.stop()
-    relay = Relay(settings, pool, publisher)
-    row_id = await db.fetchval(
-        "INSERT INTO outbox_events (topic, key, payload) VALUES ($1, 'x@y', '{\"seq\": 1}') "
-        "RETURNING id", settings.bus_topic)
-    try:
+    async with opened(settings, bus_options=BusOptions(publish_timeout=0.5, connect_timeout=2)
+                      ) as rt:
+        relay = await relay_worker.build(rt)  # not started: this test drives its batches
+        bus_redis.stop()
+        row_id = await db.fetchval(
+            "INSERT INTO outbox_events (topic, key, payload) VALUES ($1, 'x@y', '{\"seq\": 1}') "
+            "RETURNING id", settings.bus_topic)
         seen_gaps = []
         for attempt in range(1, 4):
             await until(lambda: db.fetchval(
@@ -77,9 +76,6 @@ async def test_relay_backs_off_then_dead_letters_when_the_bus_is_unreachable(
         # base·2^(attempts-1): 0.05, 0.1 → strictly growing backoff
         assert seen_gaps[1] > seen_gaps[0]
         assert await relay.relay_batch() == 0  # dead letters are not claimed again
-    finally:
-        await publisher.stop()
-        await pool.close()
 
 
 async def test_competing_relays_publish_each_row_once(migrated: Settings, db, uniq: str) -> None:
@@ -89,14 +85,12 @@ async def test_competing_relays_publish_each_row_once(migrated: Settings, db, un
         "INSERT INTO outbox_events (topic, key, payload) "
         "SELECT $1, 'agent-' || (i % 7), jsonb_build_object('seq', i) FROM generate_series(1, $2) i",
         settings.bus_topic, n)
-    pools = [await app_db.create_pool(settings, min_size=1, max_size=2) for _ in range(2)]
-    publishers = [create_publisher(settings) for _ in range(2)]
-    for p in publishers:
-        await p.start()
-    relays = [Relay(settings, pool, pub) for pool, pub in zip(pools, publishers, strict=True)]
-    subscriber = create_subscriber(settings, settings.push_group, "count")
-    await subscriber.start()
-    try:
+    async with contextlib.AsyncExitStack() as stack:
+        # Two relays as two outbox processes build them (each its own pool and
+        # publisher), driven by hand; and a bare subscriber to count the bus.
+        rts = [await stack.enter_async_context(opened(settings)) for _ in range(2)]
+        relays = [await relay_worker.build(rt) for rt in rts]
+        subscriber = await rts[0].subscriber(settings.push_group, "count")
         totals = await asyncio.gather(*(r.drain() for r in relays))
         assert sum(totals) == n
         assert all(r.batches > 0 for r in relays), "both relays should have claimed batches"
@@ -108,12 +102,6 @@ async def test_competing_relays_publish_each_row_once(migrated: Settings, db, un
                 received += [json.loads(d.value)["seq"] for d in batch]
                 await subscriber.commit(batch)
         assert sorted(received) == list(range(1, n + 1)), "a row was published twice or lost"
-    finally:
-        await subscriber.stop()
-        for p in publishers:
-            await p.stop()
-        for pool in pools:
-            await pool.close()
 
 
 async def test_poison_event_is_dead_lettered_while_the_rest_flows(

@@ -3,9 +3,7 @@ and arq's Redis connection with retries (a Redis restart must not kill a worker)
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from collections.abc import Awaitable, Callable
 
 from arq.connections import RedisSettings
 from redis.asyncio.retry import Retry
@@ -47,18 +45,3 @@ def arq_redis_settings(settings: Settings) -> RedisSettings:
     base.retry = Retry(ExponentialBackoff(cap=2.0, base=0.05), retries=40)
     return base
 
-
-async def start_bus_client(start: Callable[[], Awaitable[None]], process: str) -> None:
-    """Start a bus publisher/subscriber, waiting (with backoff) for a broker that
-    is not up yet: a worker started before Kafka must not crash-loop."""
-    from workers.bus import BusStartError
-
-    delay = 0.5
-    while True:
-        try:
-            await start()
-            return
-        except BusStartError as exc:
-            log.warning("%s: bus not reachable yet (%s); retrying in %.1fs", process, exc, delay)
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 10)

@@ -7,18 +7,15 @@ wake-up for the web processes holding that agent's SSE streams or long-polls.
 Offsets are committed only after the writes, so a crash re-delivers and the
 script drops what was already written.
 
-Run: ``python -m workers.push`` (the Procfile ``push`` process).
+Run: ``python -m workers.push`` (the Procfile ``push`` process), built and
+stopped by :mod:`workers.runtime` like the relay.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
-import os
-import signal
-import socket
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -26,11 +23,12 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from app.inbox_hub import CHANNEL
-from app.metrics import DEDUP_HITS
+from app.metrics import DEDUP_HITS, PUSH_WRITTEN
+from app.retry import Backoff, retry
 from app.services.stream import stream_key
-from app.settings import Settings, load_settings
-from workers.bus import Delivery, Subscriber, create_subscriber
-from workers.process import setup_process, start_bus_client
+from app.settings import Settings
+from workers import runtime
+from workers.bus import Delivery, Subscriber
 
 log = logging.getLogger("mesh.push")
 
@@ -78,6 +76,9 @@ class Push:
         self.subscriber = subscriber
         self.script = redis.register_script(PUSH_SCRIPT)
         self._stopping = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        # Cut short by stop(): what is not written is not committed, so redelivered.
+        self._backoff = Backoff("push_redis", stop=self._stopping, logger=log)
         self.written = 0
         self.duplicates = 0
 
@@ -95,6 +96,7 @@ class Push:
             results = await pipe.execute()
         written = sum(1 for r in results if r == 1)
         self.written += written
+        PUSH_WRITTEN.inc(written)
         dups = len(results) - written
         if dups:
             self.duplicates += dups
@@ -102,17 +104,10 @@ class Push:
 
     async def handle(self, deliveries: Sequence[Delivery]) -> None:
         events = [e for e in (parse(d) for d in deliveries) if e is not None]
-        backoff = 0.1
-        while True:
-            try:
-                await self.write(events)
-                break
-            except (RedisError, OSError) as exc:
-                if self._stopping.is_set():
-                    return  # not committed: the group re-delivers after restart
-                log.warning("push: Redis write failed (%s); retrying in %.1fs", exc, backoff)
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 5.0)
+        try:
+            await retry(lambda: self.write(events), self._backoff, (RedisError, OSError))
+        except (RedisError, OSError):
+            return  # stopping: not committed, so the group re-delivers after a restart
         await self.subscriber.commit(deliveries)
 
     async def run(self) -> None:
@@ -121,38 +116,34 @@ class Push:
             if deliveries:
                 await self.handle(deliveries)
 
-    def stop(self) -> None:
+    @property
+    def task(self) -> asyncio.Task[None] | None:
+        return self._task
+
+    async def start(self) -> None:
+        self._task = asyncio.create_task(self.run(), name="push-loop")
+        log.info("push started: bus=%s group=%s", self.settings.bus_kind, self.settings.push_group)
+
+    async def stop(self) -> None:
+        """Let the batch in hand finish and commit, then end the loop."""
         self._stopping.set()
+        if self._task is not None:
+            await self._task
+        log.info("push stopped: %d written, %d duplicates dropped", self.written,
+                 self.duplicates)
 
 
-async def main(settings: Settings | None = None) -> None:
-    settings = settings or load_settings()
-    setup_process(settings, "push")
-    consumer = f"{socket.gethostname()}-{os.getpid()}"
-    subscriber = create_subscriber(settings, settings.push_group, consumer)
-    redis = aioredis.from_url(settings.redis_url)
-    push = Push(settings, redis, subscriber)
-    loop = asyncio.get_running_loop()
-    starting = asyncio.create_task(start_bus_client(subscriber.start, "push"))
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, lambda: (push.stop(), starting.cancel()))
-    try:
-        await starting
-    except asyncio.CancelledError:  # SIGTERM while waiting for the bus: nothing in flight
-        await redis.aclose()
-        return
-    log.info("push started: bus=%s group=%s consumer=%s", settings.bus_kind,
-             settings.push_group, consumer)
-    try:
-        # SIGTERM lets the batch in hand finish and commit, then leaves the group.
-        await push.run()
-    finally:
-        with contextlib.suppress(Exception):
-            await subscriber.stop()
-        await redis.aclose()
-        log.info("push stopped: %d written, %d duplicates dropped", push.written,
-                 push.duplicates)
+# --- the process --------------------------------------------------------------------
+
+async def build(rt: runtime.Runtime) -> Push:
+    """The push worker of one ``push`` process (or test), from its runtime's resources."""
+    subscriber = await rt.subscriber(rt.settings.push_group)
+    return Push(rt.settings, await rt.redis(), subscriber)
+
+
+def main() -> None:
+    runtime.main(build, "push")
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    main()

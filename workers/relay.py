@@ -11,7 +11,8 @@ The relay wakes on the ``NOTIFY`` each write transaction sends at commit, so
 delivery never waits for a poll; the sweep timer only catches retries that
 come due and wake-ups lost while the listener reconnected.
 
-Run: ``arq workers.relay.WorkerSettings`` (the Procfile ``outbox`` process).
+Run: ``python -m workers.relay`` (the Procfile ``outbox`` process), built and
+stopped by :mod:`workers.runtime` like the push worker.
 """
 
 from __future__ import annotations
@@ -20,17 +21,17 @@ import asyncio
 import contextlib
 import logging
 import time
-from typing import Any, ClassVar
 
 import asyncpg
 
 from app import db
-from app.metrics import DEAD_LETTERS, OUTBOX_DISPATCH, OUTBOX_PENDING
-from app.settings import Settings, load_settings
+from app.metrics import DEAD_LETTERS, OUTBOX_DISPATCH, OUTBOX_PENDING, RELAY_BATCHES
+from app.retry import Backoff, Schedule
+from app.settings import Settings
 from app.store import outbox as outbox_store
 from app.store.events import WAKEUP_CHANNEL
-from workers.bus import Publisher, PublishError, create_publisher
-from workers.process import arq_redis_settings, setup_process, start_bus_client
+from workers import runtime
+from workers.bus import Publisher, PublishError
 
 log = logging.getLogger("mesh.relay")
 
@@ -82,6 +83,7 @@ class Relay:
             await outbox_store.mark_failed_attempts(conn, failed_ids, errors, dead,
                                                     self.settings.relay_retry_base_seconds)
         self.batches += 1
+        RELAY_BATCHES.inc()
         self.bus_healthy = bool(sent) or not failed_ids
         n_dead = sum(dead)
         OUTBOX_DISPATCH.labels(result="sent").inc(len(sent))
@@ -104,10 +106,16 @@ class Relay:
 
     # --- the loop -------------------------------------------------------------------
 
+    @property
+    def task(self) -> asyncio.Task[None] | None:
+        return self._task
+
     async def start(self) -> None:
         if self.settings.relay_wakeup:
             self._listen_task = asyncio.create_task(self._listen(), name="relay-listen")
         self._task = asyncio.create_task(self._run(), name="relay-loop")
+        log.info("relay started: bus=%s batch=%d wakeup=%s", self.settings.bus_kind,
+                 self.settings.relay_batch_size, self.settings.relay_wakeup)
 
     async def stop(self) -> None:
         """Finish the batch in flight (its transaction commits or rolls back), then stop."""
@@ -125,25 +133,20 @@ class Relay:
             with contextlib.suppress(Exception):
                 await self._listener.close()
 
-    def wake(self) -> None:
-        self._wake.set()
-
-    async def _pause(self, seconds: float) -> None:
-        """Back off, but not past a stop request (SIGTERM must not wait 15 s)."""
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._stop.wait(), seconds)
-
     async def _run(self) -> None:
-        backoff = 0.1
-        bus_backoff = 0.5
+        # Both back off only until a stop request: SIGTERM must not wait 15 s.
+        backoff = Backoff("relay_db", stop=self._stop, logger=log)
+        # Longer than a reconnect: a broker outage should cost a few claims, not
+        # a row's whole attempt budget.
+        bus_backoff = Backoff("relay_bus", Schedule(base=0.5, cap=15.0), stop=self._stop,
+                              logger=log)
         last_gauge = 0.0
         drained_at = 0.0
         while not self._stopping:
             if not self.bus_healthy:
-                await self._pause(bus_backoff)
-                bus_backoff = min(bus_backoff * 2, 15.0)
+                await bus_backoff.wait("the bus acknowledged none of the last batch")
             else:
-                bus_backoff = 0.5
+                bus_backoff.reset()
             linger = self.settings.relay_linger_ms / 1000
             if linger > 0 and self._wake.is_set() and time.monotonic() - drained_at < 10 * linger:
                 await asyncio.sleep(linger)
@@ -153,18 +156,15 @@ class Relay:
             try:
                 await self.drain()
                 drained_at = time.monotonic()
-                backoff = 0.1
+                backoff.reset()
             except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
-                log.warning("relay: database unavailable (%s); retrying in %.1fs", exc, backoff)
-                await self._pause(backoff)
-                backoff = min(backoff * 2, 5.0)
+                await backoff.wait(f"database unavailable ({exc})")
                 continue
-            except Exception:
+            except Exception as exc:
                 # Whatever it was, a relay that stops relaying while its process
                 # looks alive is the worst outcome: log it, back off, go on.
-                log.exception("relay: unexpected error; retrying in %.1fs", backoff)
-                await self._pause(backoff)
-                backoff = min(backoff * 2, 5.0)
+                log.exception("relay: unexpected error")
+                await backoff.wait(f"unexpected error {exc!r}")
                 continue
             now = time.monotonic()
             if now - last_gauge > 5:
@@ -181,6 +181,7 @@ class Relay:
 
     async def _listen(self) -> None:
         """Hold a LISTEN connection; reconnect when Postgres goes away."""
+        backoff = Backoff("relay_listen", stop=self._stop, logger=log)
         while not self._stopping:
             lost = asyncio.Event()
             try:
@@ -188,58 +189,28 @@ class Relay:
                 self._listener.add_termination_listener(lambda _c, lost=lost: lost.set())
                 await self._listener.add_listener(WAKEUP_CHANNEL, lambda *_a: self._wake.set())
                 self._wake.set()  # anything committed while we were not listening
+                backoff.reset()
                 await lost.wait()
-            except asyncio.CancelledError:
-                raise
+                reason = "LISTEN connection lost"
             except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
-                log.warning("relay: LISTEN connection failed (%s)", exc)
-            await asyncio.sleep(0.5)
+                reason = f"LISTEN connection failed ({exc})"
+            await backoff.wait(reason)
 
 
 def _describe(error: PublishError) -> str:
     return f"{type(error).__name__}: {error}"[:2000]
 
 
-# --- arq wiring -----------------------------------------------------------------------
+# --- the process --------------------------------------------------------------------
 
-async def startup(ctx: dict[str, Any]) -> None:
-    settings: Settings = ctx.get("settings") or load_settings()
-    setup_process(settings, "outbox")
-    logging.getLogger("arq").handlers.clear()  # the root handler prints arq's lines already
-    pool = await db.create_pool(settings, min_size=1, max_size=4)
-    publisher = create_publisher(settings)
-    await start_bus_client(publisher.start, "outbox")
-    relay = Relay(settings, pool, publisher)
-    await relay.start()
-    ctx.update(settings=settings, pool=pool, publisher=publisher, relay=relay)
-    log.info("relay started: bus=%s batch=%d wakeup=%s", settings.bus_kind,
-             settings.relay_batch_size, settings.relay_wakeup)
+async def build(rt: runtime.Runtime) -> Relay:
+    """The relay of one ``outbox`` process (or test), from its runtime's resources."""
+    return Relay(rt.settings, await rt.pool(), await rt.publisher())
 
 
-async def shutdown(ctx: dict[str, Any]) -> None:
-    relay: Relay | None = ctx.get("relay")
-    if relay is not None:
-        await relay.stop()
-    if ctx.get("publisher") is not None:
-        await ctx["publisher"].stop()
-    if ctx.get("pool") is not None:
-        await ctx["pool"].close()
+def main() -> None:
+    runtime.main(build, "outbox")
 
 
-async def relay_now(ctx: dict[str, Any]) -> int:
-    """arq job: wake the relay (e.g. after an admin re-queued dead letters)."""
-    ctx["relay"].wake()
-    return 0
-
-
-class WorkerSettings:
-    functions: ClassVar = [relay_now]
-    on_startup = startup
-    on_shutdown = shutdown
-    redis_settings = arq_redis_settings(load_settings())
-    queue_name = "mesh:relay"
-    handle_signals = True
-    # The relay loop is a background task, not an arq job; arq gives it a
-    # process lifecycle (start, SIGTERM → shutdown hook) and a job to wake it.
-    max_jobs = 4
-    health_check_interval = 30
+if __name__ == "__main__":
+    main()

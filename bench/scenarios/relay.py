@@ -3,7 +3,7 @@
 A fresh topic gets ``rows`` pending outbox rows (copies of a real event
 payload from scenario 1, so record sizes are the gateway's), inserted in ONE
 transaction that also NOTIFYs, as a write does. The real ``outbox`` process
-(arq, exactly the Procfile command) is already running for that topic; the
+(exactly the Procfile command) is already running for that topic; the
 clock starts when the insert commits and stops when no pending row of the
 topic is left. Every row must end ``sent`` (acknowledged by the broker).
 """

@@ -40,7 +40,7 @@ locals {
       "--no-access-log", "--proxy-headers", "--forwarded-allow-ips", "*",
       "--timeout-graceful-shutdown", "30",
     ]
-    outbox = ["arq", "workers.relay.WorkerSettings"]
+    outbox = ["python", "-m", "workers.relay"]
     push   = ["python", "-m", "workers.push"]
     cron   = ["arq", "cron.worker.WorkerSettings"]
   }

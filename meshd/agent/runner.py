@@ -42,11 +42,12 @@ from meshd.agent.permissions import path_guard
 from meshd.agent.prompt import Teammates, system_prompt, wake_prompt
 from meshd.agent.sessions import RunLog, RunRecord, SessionStore
 from meshd.agent.settings import RISKY_TOOLS, AgentSettings, Policy, RunSettings, default_policy
-from meshd.agent.tools import RunContext, mesh_server
+from meshd.agent.tools import RunContext, mesh_server, note_part
 from meshd.config import state_root
 from meshd.errors import ConflictError, MeshError, NotFoundError
 from meshd.handlers import HandlerContext, HandlerError, Reply
-from meshd.models import InboxEvent, Task, text_part
+from meshd.models import InboxEvent, Task
+from meshd.runner import set_failed
 
 log = logging.getLogger("meshd.agent")
 
@@ -317,16 +318,14 @@ class AgentRunner:
         if not event.task_id:
             return
         client = run.client
-        parts = [text_part(note, metadata=self._final_metadata(event, outcome, limit=limit))]
+        parts = [note_part(note, self._final_metadata(event, outcome, limit=limit))]
         mid = run.message_id(f"{event.event_id}/limit")
         try:
             task = await client.get_task(event.task_id)
             if task.terminal:
                 return
             if task.serving_agent == self.me:
-                if task.state in ("submitted", "input-required"):
-                    await client.set_status(task.task_id, "working")
-                await client.set_status(task.task_id, "failed", parts=parts, message_id=mid)
+                await set_failed(client, task, parts=parts, message_id=mid)
                 log.info("task %s set to failed (%s)", task.task_id, limit)
             else:
                 await client.reply(task.task_id, parts=parts, message_id=mid)

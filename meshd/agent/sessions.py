@@ -8,7 +8,8 @@ event, and its re-run starts from there instead of from a half-told story.
 
 ``runs.jsonl`` gets one line per run (cost, turns, duration, outcome) and
 ``agent-stats.json`` the running totals: the figures an owner reads to see what an
-agent costs. Both files are written atomically (temp file + rename) or appended.
+agent costs. Both JSON files are replaced atomically (:func:`meshd.files.atomic_write_json`);
+``runs.jsonl`` is appended to.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from meshd.state import atomic_write_json
+from meshd.files import atomic_write_json
 
 MAX_SESSIONS = 5000
 

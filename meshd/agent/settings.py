@@ -27,6 +27,9 @@ DEFAULT_TOOLS = ("Read", "Write", "Edit", "Glob", "Grep")
 RISKY_TOOLS = ("Bash", "BashOutput", "KillShell", "WebFetch", "WebSearch", "NotebookEdit", "Agent", "Task")
 
 Effort = Literal["low", "medium", "high", "xhigh", "max"]
+# Tries of a run that failed with an error (a limit is never retried): fewer than
+# `mesh daemon`'s, since a failed run may have spent money. `mesh agent --attempts`.
+AGENT_ATTEMPTS = 2
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,6 @@ See docs/decisions/011-agent-runtime.md for why in-process rather than ``mesh mc
 
 from __future__ import annotations
 
-import hashlib
 import json
 import time
 from collections import Counter
@@ -22,19 +21,19 @@ from claude_agent_sdk.types import McpSdkServerConfig
 
 from meshd.client import MeshClient
 from meshd.errors import ConflictError, MeshError
-from meshd.ids import base36, derived_message_id
+from meshd.ids import derived_message_id, derived_task_id
 from meshd.mcp_server import explain, task_brief
-from meshd.models import InboxEvent, text_part
+from meshd.models import InboxEvent, Part, text_part
+from meshd.task_states import STATES, TRANSITIONS
 
 SERVER = "mesh"
-STATES = ["working", "input-required", "auth-required", "completed", "failed", "canceled", "rejected",
-          "submitted"]  # fmt: skip
-NEEDS_WORKING = {"completed", "failed", "input-required", "auth-required"}
+# Moves the serving agent makes from `working` but not straight from `submitted`.
+NEEDS_WORKING = TRANSITIONS["working"] - TRANSITIONS["submitted"]
 
 
-def derived_task_id(agent_id: str, key: str) -> str:
-    digest = int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big")
-    return f"t-{agent_id[:100]}-0-{base36(digest % 36**6, 6)}"
+def note_part(text: str, metadata: dict[str, Any]) -> Part:
+    """A text part carrying the run's figures in its metadata."""
+    return {**text_part(text), "metadata": metadata}
 
 
 @dataclass
@@ -190,7 +189,7 @@ def build_tools(run: RunContext) -> list[SdkMcpTool[Any]]:
         "Move a task to another state. As its serving agent: working, then completed when answered, "
         "failed (with the reason in message) or input-required (with your question). Either side may "
         "cancel.",
-        _obj({"task_id": _S, "state": {"type": "string", "enum": STATES}, "message": _S},
+        _obj({"task_id": _S, "state": {"type": "string", "enum": list(STATES)}, "message": _S},
              ["task_id", "state"]),
     )  # fmt: skip
     async def set_status(args: dict[str, Any]) -> dict[str, Any]:
@@ -198,7 +197,7 @@ def build_tools(run: RunContext) -> list[SdkMcpTool[Any]]:
         task_id = str(args.get("task_id", ""))
         state = str(args.get("state", ""))
         note = args.get("message")
-        parts = [text_part(str(note), metadata=run.metadata())] if note else None
+        parts = [note_part(str(note), run.metadata())] if note else None
 
         async def run_() -> Any:
             try:

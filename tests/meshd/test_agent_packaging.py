@@ -22,7 +22,7 @@ def test_the_extra_is_pinned_alike_in_both_distributions():
     pin = meshd["project"]["optional-dependencies"]["claude"]
     assert len(pin) == 1 and pin[0].startswith("claude-agent-sdk==")
     assert root["project"]["optional-dependencies"]["claude"] == pin
-    assert "meshd.agent" in meshd["tool"]["setuptools"]["packages"]
+    assert {"meshd.cli", "meshd.agent"} <= set(meshd["tool"]["setuptools"]["packages"])
     if os.environ.get("CI") != "true":
         pytest.importorskip("claude_agent_sdk")
     from claude_agent_sdk import __version__
@@ -46,7 +46,7 @@ def test_only_the_runner_and_its_tools_import_the_sdk():
 
 def test_the_plain_cli_and_daemon_do_not_load_the_sdk():
     code = (
-        "import sys, meshd.cli, meshd.daemon, meshd.handlers, meshd.agent.cli\n"
+        "import sys, meshd.cli, meshd.cli.run, meshd.daemon, meshd.handlers, meshd.agent.settings\n"
         "meshd.cli.build_parser().parse_args(['agent', '--max-turns', '3'])\n"
         "assert 'claude_agent_sdk' not in sys.modules, 'the SDK was imported'\n"
     )

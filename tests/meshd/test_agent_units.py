@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import os
 
 import pytest
@@ -64,7 +65,8 @@ def test_wake_prompt_renders_the_event_and_bounded_history():
     msgs = [{"message_id": f"m{i}", "sender": "bob@b", "role": "user", "created_at": f"t{i}",
              "parts": [{"kind": "text", "text": f"old message {i}"}]} for i in range(30)]  # fmt: skip
     task = Task.from_json({"task_id": "t-1", "context_id": "c-1", "state": "working", "initiator": "bob@b",
-                           "serving_agent": "me@m", "messages": msgs})  # fmt: skip
+                           "serving_agent": "me@m", "created_at": "t0", "updated_at": "t30",
+                           "messages": msgs})  # fmt: skip
     text = wake_prompt(_event(), "me@m", task, history=5)
     assert "task_id: t-1" in text and "state: working" in text and "You serve this task" in text
     assert "old message 29" in text and "old message 25" in text and "old message 24" not in text
@@ -96,7 +98,7 @@ def test_default_policy_takes_a_smaller_turn_limit_from_the_message_never_a_larg
 
     def with_meta(meta):
         e = _event()
-        raw = e.to_json()
+        raw = copy.deepcopy(e.raw)
         raw["payload"]["message"]["metadata"] = meta
         return InboxEvent.from_json(raw)
 

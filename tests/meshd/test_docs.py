@@ -85,3 +85,19 @@ def test_other_examples_are_valid():
         for line in sh.splitlines():
             if line.startswith("mesh ") and not re.search(r"…|\[|--help", line):
                 parser.parse_args(line.split("#")[0].split()[1:])
+
+
+def test_daemon_defaults_in_the_docs_are_the_real_ones():
+    """The numbers docs/meshd.md gives are DaemonOptions' (the CLI reads its defaults there)."""
+    from meshd.cli import build_parser
+
+    text = DOC.read_text()
+    para = text[text.index("Options (seconds unless noted):") :]
+    para = para[: para.index("\n\n")]
+    defaults = vars(build_parser().parse_args(["daemon", "--exec", "x"]))
+    found = re.findall(r"((?:`--[a-z-]+`/?)+)[^`(]*\(([\d/]+)\)", para)
+    assert len(found) >= 8
+    for flags, values in found:
+        names = re.findall(r"--([a-z-]+)", flags)
+        for name, value in zip(names, values.split("/"), strict=True):
+            assert defaults[name.replace("-", "_")] == float(value), name

@@ -1,6 +1,8 @@
-"""``meshd`` installs on its own: its distribution declares only httpx, httpx-sse and mcp,
-and no module imports anything else outside the standard library (pydantic comes
-with mcp, whose tool-schema API is pydantic's ``Field``)."""
+"""``meshd`` installs on its own: its distribution declares only httpx, httpx-sse, mcp and
+pydantic (its models; mcp brings it anyway), and no module imports anything else
+outside the standard library — in particular not the gateway's ``app``. The one exception is
+``meshd/agent`` (``mesh agent``), which may import its optional ``claude`` extra
+(``tests/meshd/test_agent_packaging.py`` narrows that to the runner and its tools)."""
 
 from __future__ import annotations
 
@@ -12,18 +14,24 @@ from tests.meshd.support import REPO
 
 MESHD = REPO / "meshd"
 ALLOWED = {"meshd", "httpx", "httpx_sse", "mcp", "pydantic"}
+# Optional extras: the sub-package that may import each (meshd/pyproject.toml's optional-dependencies).
+EXTRAS = {"claude_agent_sdk": MESHD / "agent"}
 
 
 def test_distribution_metadata():
     meta = tomllib.loads((MESHD / "pyproject.toml").read_text())
     deps = {d.split(">")[0].split("<")[0].split("=")[0] for d in meta["project"]["dependencies"]}
-    assert deps == {"httpx", "httpx-sse", "mcp"}
+    assert deps == {"httpx", "httpx-sse", "mcp", "pydantic"}
     assert meta["project"]["scripts"] == {"mesh": "meshd.cli:main"}
     assert meta["tool"]["setuptools"]["package-dir"] == {"meshd": "."}
+    # every folder with modules is a package the distribution ships
+    folders = {p.parent for p in MESHD.rglob("*.py")}
+    shipped = {".".join(("meshd", *f.relative_to(MESHD).parts)) for f in folders}
+    assert set(meta["tool"]["setuptools"]["packages"]) == shipped
 
 
 def test_modules_import_only_the_stdlib_and_declared_dependencies():
-    for path in sorted(MESHD.glob("*.py")):
+    for path in sorted(MESHD.rglob("*.py")):
         tree = ast.parse(path.read_text(), str(path))
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):
@@ -34,4 +42,6 @@ def test_modules_import_only_the_stdlib_and_declared_dependencies():
                 continue
             for name in names:
                 top = name.split(".")[0]
+                if top in EXTRAS and path.is_relative_to(EXTRAS[top]):
+                    continue
                 assert top in sys.stdlib_module_names or top in ALLOWED, f"{path.name}: {name}"

@@ -10,11 +10,9 @@ see it.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import inspect
 import time
 import uuid
-from collections.abc import AsyncIterator
 from datetime import datetime
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -23,8 +21,9 @@ import asyncpg
 
 from app.migrate import ensure_database, migrate
 from app.settings import Settings
-from workers.bus import BusOptions, Publisher, create_publisher
-from workers.relay import Relay
+from workers import relay as relay_worker
+from workers.bus import BusOptions
+from workers.runtime import opened
 
 # Test timeouts: quick to notice a dead broker, patient while Kafka creates a topic.
 TEST_BUS = {"publish_timeout": 5.0, "connect_timeout": 20.0, "claim_idle": 5.0,
@@ -42,21 +41,17 @@ async def isolated_settings(base: Settings, **overrides: Any) -> Settings:
     return Settings(**(values | overrides))
 
 
-@contextlib.asynccontextmanager
-async def started_publisher(settings: Settings, **options: Any) -> AsyncIterator[Publisher]:
-    publisher = create_publisher(settings, BusOptions(**(TEST_BUS | options)))
-    await publisher.start()
-    try:
-        yield publisher
-    finally:
-        await publisher.stop()
+def bus_options(settings: Settings, **overrides: Any) -> BusOptions:
+    """The deployment's bus options with the test timeouts, and ``overrides``."""
+    return BusOptions.from_settings(settings, **(TEST_BUS | overrides))
 
 
-async def relay_pending(settings: Settings, pool: asyncpg.Pool, **options: Any) -> int:
-    """Relay every due pending row once, with a publisher built from ``options``
-    (e.g. ``max_record_bytes=4096``: larger events become real dead letters)."""
-    async with started_publisher(settings, **options) as publisher:
-        return await Relay(settings, pool, publisher).drain()
+async def relay_pending(settings: Settings, **options: Any) -> int:
+    """Relay every due pending row once, with a relay built as the ``outbox`` process
+    builds it and bus options ``options`` (e.g. ``max_record_bytes=4096``: larger
+    events become real dead letters)."""
+    async with opened(settings, bus_options=bus_options(settings, **options)) as rt:
+        return await (await relay_worker.build(rt)).drain()
 
 
 async def db_now(pool: asyncpg.Pool) -> datetime:

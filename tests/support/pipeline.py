@@ -7,20 +7,18 @@ talks to the same real Postgres, Redis and Kafka.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-import redis.asyncio as aioredis
-
-from app import db
 from app.settings import Settings
+from tests.support.isolated import bus_options
 from tests.support.servers import serve_app
-from workers.bus import BusOptions, create_publisher, create_subscriber
+from workers import push as push_worker
+from workers import relay as relay_worker
 from workers.push import Push
 from workers.relay import Relay
+from workers.runtime import running
 
 
 @dataclass
@@ -32,29 +30,25 @@ class Pipeline:
 
 
 @contextlib.asynccontextmanager
+async def run_relay(settings: Settings, **bus: object) -> AsyncIterator[Relay]:
+    """The relay exactly as ``python -m workers.relay`` builds it, in this event loop."""
+    async with running(relay_worker.build, settings, bus_options=bus_options(settings, **bus)
+                       ) as relay:
+        yield relay
+
+
+@contextlib.asynccontextmanager
+async def run_push(settings: Settings) -> AsyncIterator[Push]:
+    """The push worker exactly as ``python -m workers.push`` builds it, in this event loop."""
+    async with running(push_worker.build, settings, bus_options=bus_options(settings)
+                       ) as push:
+        yield push
+
+
+@contextlib.asynccontextmanager
 async def run_workers(settings: Settings) -> AsyncIterator[tuple[Relay, Push]]:
-    options = BusOptions(publish_timeout=5.0, connect_timeout=20.0, claim_idle=5.0,
-                         claim_interval=1.0, max_record_bytes=settings.bus_max_record_bytes)
-    pool = await db.create_pool(settings, min_size=1, max_size=4)
-    publisher = create_publisher(settings, options)
-    await publisher.start()
-    relay = Relay(settings, pool, publisher)
-    await relay.start()
-    subscriber = create_subscriber(settings, settings.push_group, f"test-{os.getpid()}", options)
-    await subscriber.start()
-    redis = aioredis.from_url(settings.redis_url)
-    push = Push(settings, redis, subscriber)
-    push_task = asyncio.create_task(push.run())
-    try:
+    async with run_relay(settings) as relay, run_push(settings) as push:
         yield relay, push
-    finally:
-        push.stop()
-        await push_task
-        await subscriber.stop()
-        await relay.stop()
-        await publisher.stop()
-        await redis.aclose()
-        await pool.close()
 
 
 @contextlib.asynccontextmanager

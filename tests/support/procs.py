@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -22,11 +23,26 @@ from devstack.process import free_port, port_open
 
 REPO = Path(__file__).resolve().parents[2]
 
-COMMANDS: dict[str, list[str]] = {
-    "outbox": [sys.executable, "-m", "arq", "workers.relay.WorkerSettings"],
-    "push": [sys.executable, "-m", "workers.push"],
-    "cron": [sys.executable, "-m", "arq", "cron.worker.WorkerSettings"],
-}
+
+
+def procfile_commands() -> dict[str, list[str]]:
+    """The worker lines of the Procfile, run with this interpreter: what the fault
+    tests and benchmarks start is what production starts."""
+    commands: dict[str, list[str]] = {}
+    for line in (REPO / "Procfile").read_text().splitlines():
+        name, sep, command = line.partition(":")
+        if not sep or name.strip() in ("web", "release") or line.startswith("#"):
+            continue
+        argv = shlex.split(command)
+        if argv[0] == "python":
+            argv = [sys.executable, *argv[1:]]
+        elif argv[0] == "arq":
+            argv = [sys.executable, "-m", "arq", *argv[1:]]
+        commands[name.strip()] = argv
+    return commands
+
+
+COMMANDS = procfile_commands()
 READY_LINE = {"outbox": "relay started", "push": "push started", "cron": "cron started"}
 
 

@@ -1,0 +1,30 @@
+"""What a bench run measures and for how long: the full plan and the quick smoke run."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+SCENARIOS = ("latency", "sends", "relay", "longpoll", "idle", "daemon")
+
+@dataclass(frozen=True)
+class Plan:
+    name: str
+    rate: float = 200.0
+    latency_seconds: float = 20.0
+    low_rate: float = 20.0
+    low_seconds: float = 10.0
+    sweep: tuple[int, ...] = (4, 16, 64)
+    sweep_seconds: float = 10.0
+    relay_rows: int = 50_000
+    longpoll_tries: int = 50
+    baseline_polls: int = 30
+    idle_connections: int = 10_000
+    idle_agents: int = 50
+    idle_hold: float = 20.0
+    daemon_idle: float = 5.0
+
+
+FULL = Plan("full")
+QUICK = Plan("quick", latency_seconds=5.0, low_seconds=3.0, sweep=(16,), sweep_seconds=4.0, relay_rows=5_000,
+             longpoll_tries=15, baseline_polls=10, idle_connections=2_000, idle_agents=20,
+             idle_hold=5.0, daemon_idle=3.0)

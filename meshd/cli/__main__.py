@@ -1,0 +1,3 @@
+from meshd.cli import main
+
+main()
