@@ -27,6 +27,10 @@ COMMANDS: dict[str, list[str]] = {
     "push": [sys.executable, "-m", "workers.push"],
     "cron": [sys.executable, "-m", "arq", "cron.worker.WorkerSettings"],
 }
+# Where MeshProcess logs go; the test session points it into its temporary
+# folder, which it removes at the end. None: the system's temporary folder
+# (the bench removes its logs itself).
+LOG_DIR: Path | None = None
 READY_LINE = {"outbox": "relay started", "push": "push started", "cron": "cron started"}
 
 
@@ -53,7 +57,7 @@ class MeshProcess:
         self.extra = extra
         self.port: int | None = None
         self.proc: subprocess.Popen[bytes] | None = None
-        self.log = Path(tempfile.mkstemp(prefix=f"mesh-{kind}-", suffix=".log")[1])
+        self.log = Path(tempfile.mkstemp(prefix=f"mesh-{kind}-", suffix=".log", dir=LOG_DIR)[1])
 
     @property
     def url(self) -> str:
