@@ -184,7 +184,7 @@ class Supervisor:
                     with contextlib.suppress(psutil.Error):
                         member.kill()  # one that left the group on its own
                 child.proc.wait()
-                psutil.wait_procs(members[child.name], timeout=5)
+                _wait_gone(members[child.name], timeout=5.0)
             else:
                 self._system(f"{child.name} stopped (rc={child.proc.returncode})")
         for child in self.children:
@@ -232,13 +232,22 @@ def _any_alive(child: Child, members: list[psutil.Process]) -> bool:
     assert child.proc is not None
     if child.proc.poll() is None:  # also reaps the shell, which would stay a zombie
         return True
-    for member in members[1:]:
-        try:
-            if member.status() != psutil.STATUS_ZOMBIE:
-                return True
-        except psutil.NoSuchProcess:
-            continue
-    return False
+    return any(_running(member) for member in members[1:])
+
+
+def _running(proc: psutil.Process) -> bool:
+    # A zombie is gone for our purposes: its parent (or init) reaps it, and it
+    # holds no files, ports or connections.
+    try:
+        return proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _wait_gone(procs: list[psutil.Process], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while any(_running(p) for p in procs) and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def _is_tty(stream: IO[str]) -> bool:
