@@ -64,7 +64,7 @@ test: install
 	exit $$rc
 
 # For local work: the marked tests (tests/conftest.py SLOW, @pytest.mark.faults)
-# take about half of the suite's time. CI runs `make test`.
+# are 20 tests and about 40% of the suite's time. CI runs `make test`.
 test-fast: MARKERS = -m "not faults and not slow"
 test-fast: test
 
