@@ -23,12 +23,13 @@ import pytest
 import redis.asyncio as aioredis
 from httpx_sse import aconnect_sse
 
+from app.delivery import inbox_stream_key
 from app.settings import Settings
 from tests.support.isolated import TEST_BUS, started_publisher, wait_until
 from tests.support.meshapi import AgentHandle, MeshFactory, OwnerHandle
 from tests.support.servers import serve_app
 from workers.bus import BusOptions, create_subscriber
-from workers.push import Push, stream_key
+from workers.push import Push
 from workers.relay import Relay
 
 BIG = "x" * 5000  # an event carrying this is over the 4 KiB test limit
@@ -97,7 +98,7 @@ async def outbox_settled(admin: OwnerHandle, *, failed: int) -> bool:
 
 
 async def stream_seqs(redis: aioredis.Redis, agent_id: str) -> list[int]:
-    entries = await redis.xrange(stream_key(agent_id))
+    entries = await redis.xrange(inbox_stream_key(agent_id))
     return [json.loads(fields[b"e"])["seq"] for _, fields in entries]
 
 

@@ -29,7 +29,7 @@ from app.metrics import DEAD_LETTERS, OUTBOX_DISPATCH, OUTBOX_PENDING
 from app.settings import Settings, load_settings
 from app.store import outbox as outbox_store
 from app.store.events import WAKEUP_CHANNEL
-from workers.bus import Publisher, PublishError, create_publisher
+from workers.bus import Publisher, PublishError, RecordRejected, create_publisher
 from workers.process import arq_redis_settings, setup_process, start_bus_client
 
 log = logging.getLogger("mesh.relay")
@@ -64,8 +64,7 @@ class Relay:
                                            self.settings.bus_topic)
             if not rows:
                 return 0
-            results = await self.publisher.publish_batch(
-                [(r["key"], r["payload"].encode()) for r in rows])
+            results = await self._publish(rows)
             sent: list[int] = []
             failed_ids: list[int] = []
             errors: list[str] = []
@@ -91,6 +90,16 @@ class Relay:
             log.warning("relay: %d of %d records not acknowledged (%d dead-lettered): %s",
                         len(failed_ids), len(rows), n_dead, errors[0])
         return len(rows)
+
+    async def _publish(self, rows: list[asyncpg.Record]) -> list[PublishError | None]:
+        """Publish each row's bus value; a row with none fails for good (it can
+        never become publishable), the rest flow on."""
+        values = [outbox_store.bus_value(r) for r in rows]
+        records = [(r["key"], v) for r, v in zip(rows, values, strict=True) if v is not None]
+        published = iter(await self.publisher.publish_batch(records) if records else [])
+        return [next(published) if v is not None else
+                RecordRejected(f"inbox event {r['raw']} not found; nothing to publish")
+                for r, v in zip(rows, values, strict=True)]
 
     async def drain(self) -> int:
         """Relay until no due row is left (or the bus refuses everything)."""
