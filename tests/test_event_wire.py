@@ -121,3 +121,21 @@ async def test_one_event_has_one_wire_form(iso: Settings, db: asyncpg.Pool,
     finally:
         await probe.close()
     await one_event_every_path(iso, redis_client)
+
+
+async def test_relay_encodes_events_and_dead_letters_a_missing_one(iso: Settings,
+                                                                   pool: asyncpg.Pool) -> None:
+    """An envelope whose inbox row is gone can never be published: it is
+    dead-lettered with its reason while the rows around it are sent; a row
+    without an event_id (another producer's) is relayed as it is."""
+    from tests.support.isolated import relay_pending
+
+    ids = [await pool.fetchval(
+        "INSERT INTO outbox_events (topic, key, payload) VALUES ($1, 'x@y', $2) "
+        "RETURNING id", iso.bus_topic, payload)
+        for payload in ({"seq": 1}, {"seq": 2, "event_id": "e-gone"}, {"seq": 3})]
+    assert await relay_pending(iso, pool) == 3
+    rows = {r["id"]: r for r in await pool.fetch(
+        "SELECT id, status, attempts, last_error FROM outbox_events WHERE id = ANY($1)", ids)}
+    assert [rows[i]["status"] for i in ids] == ["sent", "failed", "sent"]
+    assert rows[ids[1]]["attempts"] == 1 and "not found" in rows[ids[1]]["last_error"]

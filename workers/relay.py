@@ -92,14 +92,13 @@ class Relay:
         return len(rows)
 
     async def _publish(self, rows: list[asyncpg.Record]) -> list[PublishError | None]:
-        """Publish each row's bus value; a row with none fails for good (it can
-        never become publishable), the rest flow on."""
-        values = [outbox_store.bus_value(r) for r in rows]
-        records = [(r["key"], v) for r, v in zip(rows, values, strict=True) if v is not None]
+        """Publish each row's bus value. A row that has none fails for good (it
+        can never become publishable) instead of failing the batch; the rest flow on."""
+        values = [_bus_value(r) for r in rows]
+        records = [(r["key"], v) for r, v in zip(rows, values, strict=True)
+                   if isinstance(v, bytes)]
         published = iter(await self.publisher.publish_batch(records) if records else [])
-        return [next(published) if v is not None else
-                RecordRejected(f"inbox event {r['raw']} not found; nothing to publish")
-                for r, v in zip(rows, values, strict=True)]
+        return [next(published) if isinstance(v, bytes) else v for v in values]
 
     async def drain(self) -> int:
         """Relay until no due row is left (or the bus refuses everything)."""
@@ -203,6 +202,16 @@ class Relay:
             except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
                 log.warning("relay: LISTEN connection failed (%s)", exc)
             await asyncio.sleep(0.5)
+
+
+def _bus_value(row: asyncpg.Record) -> bytes | PublishError:
+    try:
+        value = outbox_store.bus_value(row)
+    except (TypeError, ValueError) as exc:  # a row the serializer cannot encode
+        return RecordRejected(f"outbox row {row['id']} cannot be encoded: {exc}")
+    if value is None:
+        return RecordRejected(f"inbox event {row['raw']} not found; nothing to publish")
+    return value
 
 
 def _describe(error: PublishError) -> str:

@@ -68,9 +68,6 @@ class EventSource(Protocol):
     """Where events come from (app.services.stream.InboxReader): strictly in
     seq order, ``[]`` when nothing new is known yet."""
 
-    @property
-    def last(self) -> int: ...
-
     async def next_batch(self, *, from_postgres: bool = False) -> list[WireEvent]: ...
 
 
@@ -98,10 +95,6 @@ class InboxStream:
                    still_valid=functools.partial(accounts.still_valid, pool, who),
                    delivered=functools.partial(inbox.record_delivery, pool, who.agent_id),
                    clock=clock)
-
-    @property
-    def last_seq(self) -> int:
-        return self.source.last
 
     async def items(self) -> AsyncIterator[StreamItem]:
         """Events and keep-alives until the token expires or the credentials are
