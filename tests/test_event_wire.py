@@ -134,7 +134,7 @@ async def test_relay_encodes_events_and_dead_letters_a_missing_one(iso: Settings
         "INSERT INTO outbox_events (topic, key, payload) VALUES ($1, 'x@y', $2) "
         "RETURNING id", iso.bus_topic, payload)
         for payload in ({"seq": 1}, {"seq": 2, "event_id": "e-gone"}, {"seq": 3})]
-    assert await relay_pending(iso, pool) == 3
+    assert await relay_pending(iso) == 3
     rows = {r["id"]: r for r in await pool.fetch(
         "SELECT id, status, attempts, last_error FROM outbox_events WHERE id = ANY($1)", ids)}
     assert [rows[i]["status"] for i in ids] == ["sent", "failed", "sent"]
