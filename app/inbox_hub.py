@@ -1,6 +1,6 @@
 """Wake-ups for waiting inbox readers (SSE streams and long-polls).
 
-The push worker PUBLISHes ``"{agent_id} {seq}"`` on one Redis channel after it
+The push worker PUBLISHes a notice (app.delivery) on one Redis channel after it
 writes an event to the agent's stream. Each web process holds ONE subscriber
 connection and wakes its local waiters for that agent — so thousands of idle
 streams cost one Redis connection, not one each, and a long-poll wakes within
@@ -22,14 +22,10 @@ from collections.abc import AsyncIterator
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
+from app.delivery import NOTIFY_CHANNEL, auth_notice, parse_notice
 from app.retry import Backoff
 
 log = logging.getLogger("mesh.hub")
-
-CHANNEL = "mesh:inbox-notify"
-
-
-AUTH_CHANGED = "auth"
 
 
 async def publish_auth_change(redis: aioredis.Redis, agent_id: str) -> None:
@@ -37,7 +33,7 @@ async def publish_auth_change(redis: aioredis.Redis, agent_id: str) -> None:
     the agent deleted): its open streams re-check them now and end if invalid.
     Best effort — open streams also re-check on their own every few minutes."""
     try:
-        await redis.publish(CHANNEL, f"{agent_id} {AUTH_CHANGED}")
+        await redis.publish(NOTIFY_CHANNEL, auth_notice(agent_id))
     except (RedisError, OSError) as exc:
         log.warning("could not publish the credential change of %s: %s", agent_id, exc)
 
@@ -106,7 +102,8 @@ class InboxHub:
     def watching(self) -> int:
         return sum(len(w) for w in self._waiters.values())
 
-    def _wake(self, agent_id: str, *, auth: bool = False) -> None:
+    def wake(self, agent_id: str, *, auth: bool = False) -> None:
+        """Wake this process's waiters of ``agent_id`` (as a notice does)."""
         for waiter in self._waiters.get(agent_id, ()):
             waiter.wake(auth=auth)
 
@@ -121,17 +118,15 @@ class InboxHub:
             client = aioredis.from_url(self._redis_url, health_check_interval=10)
             pubsub = client.pubsub(ignore_subscribe_messages=True)
             try:
-                await pubsub.subscribe(CHANNEL)
+                await pubsub.subscribe(NOTIFY_CHANNEL)
                 self.connected.set()
                 self._wake_all()
                 backoff.reset()
                 async for message in pubsub.listen():
                     if message.get("type") != "message":
                         continue
-                    data = message["data"]
-                    text = data.decode() if isinstance(data, bytes) else str(data)
-                    agent_id, _, what = text.partition(" ")
-                    self._wake(agent_id, auth=what == AUTH_CHANGED)
+                    notice = parse_notice(message["data"])
+                    self.wake(notice.agent_id, auth=notice.auth)
                 reason = "Redis ended the subscription"
             except asyncio.CancelledError:
                 raise

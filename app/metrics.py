@@ -71,3 +71,7 @@ LONGPOLL_WAITING = Gauge(
     "agent_mesh_longpoll_waiting",
     "Long-polls parked waiting for an event in this process.",
 )
+SSE_GAP_FILLS = Counter(
+    "agent_mesh_sse_gap_fills",
+    "Holes in an agent's Redis stream that an SSE reader filled from Postgres.",
+)

@@ -13,7 +13,6 @@ exited is included (``children_user``/``children_system`` of their parent).
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import psutil
@@ -25,14 +24,19 @@ class Usage:
     wait: float     # seconds runnable but waiting for a CPU (living threads only)
 
 
-def _wait_seconds(pid: int) -> float:
+def _wait_seconds(proc: psutil.Process) -> float:
+    # psutil has no run-queue wait: cpu_times() is time *on* a CPU and
+    # num_ctx_switches() counts involuntary switches, not how long a runnable
+    # thread queued for a core, which is what tells starved from I/O-bound.
+    # So psutil lists the threads and the kernel's schedstat gives the wait
+    # (its second field: nanoseconds spent runnable on a run queue).
     total = 0
-    try:
-        for tid in os.listdir(f"/proc/{pid}/task"):
-            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+    for thread in proc.threads():
+        try:
+            with open(f"/proc/{proc.pid}/task/{thread.id}/schedstat") as f:
                 total += int(f.read().split()[1])
-    except (OSError, ValueError, IndexError):
-        pass
+        except (OSError, ValueError, IndexError):
+            continue  # the thread ended meanwhile, or no schedstats in this kernel
     return total / 1e9
 
 
@@ -49,7 +53,7 @@ def _usage(pid: int, *, with_children: bool = True) -> Usage:
             cpu += t.user + t.system
             if with_children:
                 cpu += t.children_user + t.children_system
-            wait += _wait_seconds(p.pid)
+            wait += _wait_seconds(p)
         except psutil.NoSuchProcess:
             continue
     return Usage(cpu, wait)

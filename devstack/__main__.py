@@ -2,6 +2,6 @@
 
 import sys
 
-from devstack.run import main
+from devstack.cli import main
 
 sys.exit(main())

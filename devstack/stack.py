@@ -1,16 +1,21 @@
 """The whole embedded stack: which services to start, where their data lives,
 and the environment (``MESH_*`` URLs) that points the mesh at them.
 
-A URL already present in the environment replaces the embedded service.
+A URL already present in the environment replaces the embedded service. What
+happens to Kafka (start it, use another, or fall back to Redis Streams) is
+decided in :mod:`devstack.bus`, from the policy the caller gives.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from devstack import bus
+from devstack.bus import BusChoice, KafkaPolicy
 from devstack.kafka import Kafka, java_available
 from devstack.postgres import Postgres
 from devstack.process import ServiceProcess, free_port
@@ -40,19 +45,24 @@ class Ports:
 class Stack:
     root: Path
     ports: Ports
-    want_kafka: bool = True
+    kafka_policy: KafkaPolicy = KafkaPolicy.IF_JAVA
     env: dict[str, str] = field(default_factory=lambda: dict(os.environ))
     postgres: Postgres | None = None
     redis: Redis | None = None
     kafka: Kafka | None = None
-    notes: list[str] = field(default_factory=list)
+    bus: BusChoice | None = None
+    urls: dict[str, str] = field(default_factory=dict)
 
     @property
     def services(self) -> list[ServiceProcess]:
         return [s for s in (self.postgres, self.redis, self.kafka) if s is not None]
 
+    def plan(self) -> bus.BusPlan:
+        return bus.plan_bus(self.kafka_policy, self.env, java_available())
+
     def start(self) -> dict[str, str]:
-        """Start what the environment does not provide; return the MESH_* URLs.
+        """Start what the environment does not provide; return the MESH_* URLs
+        (plus ``MESH_BUS=redis`` when the bus is Redis Streams).
 
         If one service fails to start (or the caller is interrupted), the ones
         already running are stopped before the error propagates: callers that
@@ -65,6 +75,7 @@ class Stack:
             raise
 
     def _start(self) -> dict[str, str]:
+        plan = self.plan()  # before anything starts: a REQUIRED Kafka that cannot run fails fast
         self.root.mkdir(parents=True, exist_ok=True)
         urls: dict[str, str] = {}
         if self.env.get("MESH_DATABASE_URL"):
@@ -79,16 +90,27 @@ class Stack:
             self.redis = Redis(self.root / "redis", self.ports.redis)
             self.redis.start()
             urls["MESH_REDIS_URL"] = self.redis.url
-        if self.env.get("MESH_KAFKA_BOOTSTRAP"):
-            urls["MESH_KAFKA_BOOTSTRAP"] = self.env["MESH_KAFKA_BOOTSTRAP"]
-        elif self.want_kafka and java_available():
-            self.kafka = Kafka(self.root / "kafka", self.ports.kafka, self.ports.kafka_controller)
-            self.kafka.start()
-            urls["MESH_KAFKA_BOOTSTRAP"] = self.kafka.bootstrap
-        elif self.want_kafka:
-            self.notes.append("Java or Maven not found: the bus falls back to Redis Streams "
-                              "(set MESH_KAFKA_BOOTSTRAP to use an existing Kafka).")
-        return urls
+        self.bus = self._start_bus(plan)
+        urls.update(self.bus.environment())
+        self.urls = urls
+        return dict(urls)
+
+    def _start_bus(self, plan: bus.BusPlan) -> BusChoice:
+        if plan.external is not None:
+            return BusChoice("kafka", "external", plan.external)
+        if plan.fallback is not None:
+            return plan.fallback
+        kafka = Kafka(self.root / "kafka", self.ports.kafka, self.ports.kafka_controller)
+        self.kafka = kafka
+        try:
+            kafka.start()
+        except Exception as exc:
+            if not plan.degrade_on_failure:
+                raise
+            kafka.stop()
+            self.kafka = None
+            return bus.failed(str(exc), kafka.log_path)
+        return BusChoice("kafka", "embedded", kafka.bootstrap)
 
     def stop(self) -> None:
         for service in reversed(self.services):
@@ -96,3 +118,34 @@ class Stack:
                 service.stop()
             except Exception:  # stop the rest whatever one does
                 log.exception("stopping %s failed", service.name)
+
+    def discard(self) -> None:
+        """Stop, then delete ``root``: for stacks that live in a temporary folder.
+
+        A service that ignored its stop (or a child it forked) can still be
+        writing into the folder, which makes ``rmtree`` fail with "directory
+        not empty"; anything still running there is stopped before the
+        folder is removed.
+        """
+        from devstack.leftovers import stop_leftovers
+
+        self.stop()
+        try:
+            stop_leftovers(self.root, timeout=10.0)
+        finally:
+            remove_tree(self.root)
+
+
+def remove_tree(root: Path, attempts: int = 3) -> None:
+    """``rmtree`` that survives files appearing or vanishing while it runs."""
+    for _ in range(attempts - 1):
+        try:
+            shutil.rmtree(root)
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            continue
+    shutil.rmtree(root, ignore_errors=True)
+    if root.exists():
+        log.warning("could not remove %s entirely", root)

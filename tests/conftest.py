@@ -2,8 +2,9 @@
 
 With ``MESH_DATABASE_URL`` / ``MESH_REDIS_URL`` / ``MESH_KAFKA_BOOTSTRAP`` set,
 those are used; otherwise the embedded stack (devstack) starts real Postgres,
-Redis and Kafka in a temporary folder. In CI (``CI=true``) a missing Kafka is
-an error, never a silent skip.
+Redis and Kafka in a temporary folder, removed at the end of the session. In
+CI (``CI=true``) a missing Kafka is an error, never a silent skip
+(``devstack.bus.KafkaPolicy``).
 """
 
 from __future__ import annotations
@@ -20,32 +21,55 @@ import redis.asyncio as aioredis
 
 from app.migrate import ensure_database, migrate
 from app.settings import Settings
+from devstack.bus import KafkaPolicy
 from devstack.stack import Ports, Stack
+from tests.support import procs
 from tests.support.meshapi import MeshFactory
 from tests.support.pipeline import Pipeline, run_pipeline
+
+# Slow tests outside ``@pytest.mark.faults`` (timed with ``--durations=30`` on
+# two shared cores), marked here so that ``make test-fast`` (``-m "not faults
+# and not slow"``) leaves them out; ``make test`` and CI run them all. A node
+# id that no longer exists marks nothing and only makes the fast run longer.
+SLOW: dict[str, str] = {
+    # kills and restarts the gateway, cuts SSE, waits for token expiry
+    "tests/meshd/test_daemon_faults.py": "faults",
+    "tests/meshd/test_daemon_gateway.py::test_two_daemons_exchange_500_messages_in_order": "slow",
+    # sleeps the server's Retry-After on purpose
+    "tests/meshd/test_client_gateway.py::test_429_waits_for_retry_after": "slow",
+    # starts two real cron processes
+    "tests/test_cron.py::test_two_cron_processes_start_coexist_and_act_once": "slow",
+}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        for node, mark in SLOW.items():
+            if item.nodeid == node or item.nodeid.startswith(f"{node}::"):
+                item.add_marker(getattr(pytest.mark, mark))
 
 
 @pytest.fixture(scope="session")
 def stack() -> Iterator[Stack]:
+    """The session's services, in a temporary folder that is removed at the end
+    (with the mesh processes' logs, see ``tests.support.procs.LOG_DIR``)."""
     root = Path(tempfile.mkdtemp(prefix="mesh-test-"))
-    s = Stack(root, Ports.ephemeral())
-    s.start()
-    yield s
-    s.stop()
+    s = Stack(root, Ports.ephemeral(),
+              kafka_policy=KafkaPolicy.for_tests(ci=os.environ.get("CI") == "true"))
+    procs.LOG_DIR = root / "logs"
+    procs.LOG_DIR.mkdir()
+    try:
+        s.start()
+        yield s
+    finally:
+        procs.LOG_DIR = None
+        s.discard()
 
 
 @pytest.fixture(scope="session")
 def service_urls(stack: Stack) -> dict[str, str]:
-    urls = {
-        "MESH_DATABASE_URL": stack.env.get("MESH_DATABASE_URL") or stack.postgres.url,  # type: ignore[union-attr]
-        "MESH_REDIS_URL": stack.env.get("MESH_REDIS_URL") or stack.redis.url,  # type: ignore[union-attr]
-    }
-    bootstrap = stack.env.get("MESH_KAFKA_BOOTSTRAP") or (stack.kafka.bootstrap if stack.kafka else None)
-    if bootstrap:
-        urls["MESH_KAFKA_BOOTSTRAP"] = bootstrap
-    elif os.environ.get("CI") == "true":
-        pytest.fail("CI=true but no Kafka: install Java 17+ and Maven, or set MESH_KAFKA_BOOTSTRAP")
-    return urls
+    """MESH_DATABASE_URL, MESH_REDIS_URL and, with Kafka, MESH_KAFKA_BOOTSTRAP."""
+    return {k: v for k, v in stack.urls.items() if k != "MESH_BUS"}
 
 
 @pytest.fixture(scope="session")

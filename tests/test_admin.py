@@ -22,12 +22,12 @@ import pytest
 import redis.asyncio as aioredis
 from httpx_sse import aconnect_sse
 
+from app.delivery import inbox_stream_key
 from app.settings import Settings
 from tests.support.isolated import wait_until
 from tests.support.meshapi import AgentHandle, MeshFactory, OwnerHandle
 from tests.support.pipeline import run_push, run_relay
 from tests.support.servers import serve_app
-from workers.push import stream_key
 
 BIG = "x" * 5000  # an event carrying this is over the 4 KiB test limit
 SECRET = "confidential-dead-letter-content"
@@ -66,7 +66,7 @@ async def outbox_settled(admin: OwnerHandle, *, failed: int) -> bool:
 
 
 async def stream_seqs(redis: aioredis.Redis, agent_id: str) -> list[int]:
-    entries = await redis.xrange(stream_key(agent_id))
+    entries = await redis.xrange(inbox_stream_key(agent_id))
     return [json.loads(fields[b"e"])["seq"] for _, fields in entries]
 
 

@@ -26,11 +26,11 @@ import redis.asyncio as aioredis
 from httpx_sse import aconnect_sse
 
 from app import db
+from app.delivery import inbox_stream_key
 from app.settings import Settings
 from tests.support.isolated import isolated_settings, outbox_counts, wait_until
 from tests.support.meshapi import AgentHandle, MeshFactory
 from tests.support.procs import MeshProcess
-from workers.push import stream_key
 
 pytestmark = pytest.mark.faults
 
@@ -187,7 +187,7 @@ async def test_sigterm_to_each_process_under_load_loses_nothing(
                 f"lost {len(load.accepted - set(delivered))} accepted messages"
             assert set(delivered) <= load.accepted | load.uncertain
 
-            entries = await redis_client.xrange(stream_key(b.agent_id))
+            entries = await redis_client.xrange(inbox_stream_key(b.agent_id))
             stream = [json.loads(fields[b"e"])["seq"] for _, fields in entries]
             assert stream == list(range(1, inbox_seq + 1)), "the push stream missed or repeated"
             assert await asyncio.wait_for(sse_seqs(url, b, inbox_seq), 60) == \
@@ -202,5 +202,5 @@ async def _outbox_drained(pool: asyncpg.Pool) -> bool:
 
 
 async def _stream_has(redis: aioredis.Redis, agent_id: str, seq: int) -> bool:
-    last = await redis.xrevrange(stream_key(agent_id), count=1)
+    last = await redis.xrevrange(inbox_stream_key(agent_id), count=1)
     return bool(last) and json.loads(last[0][1][b"e"])["seq"] >= seq

@@ -19,6 +19,7 @@ import pytest
 import redis.asyncio as aioredis
 from prometheus_client import REGISTRY
 
+from app.delivery import inbox_stream_key
 from app.settings import Settings
 from devstack.process import free_port
 from tests.support.isolated import wait_until
@@ -26,7 +27,6 @@ from tests.support.meshapi import MeshFactory
 from tests.support.procs import COMMANDS
 from tests.support.servers import serve_app
 from workers import push, relay, runtime
-from workers.push import stream_key
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -120,7 +120,7 @@ async def test_a_main_loop_that_ends_by_itself_fails_the_process(migrated: Setti
 
 
 async def _stream_seqs(redis: aioredis.Redis, agent_id: str, want: list[int]) -> bool:
-    entries = await redis.xrange(stream_key(agent_id))
+    entries = await redis.xrange(inbox_stream_key(agent_id))
     return [json.loads(fields[b"e"])["seq"] for _, fields in entries] == want
 
 

@@ -22,30 +22,27 @@ from dataclasses import dataclass
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
-from app.inbox_hub import CHANNEL
+from app import delivery
 from app.metrics import DEDUP_HITS, PUSH_WRITTEN
 from app.retry import Backoff, retry
-from app.services.stream import stream_key
 from app.settings import Settings
 from workers import runtime
 from workers.bus import Delivery, Subscriber
 
 log = logging.getLogger("mesh.push")
 
-STREAM_TTL_SECONDS = 7 * 24 * 3600
-
-
-
-# KEYS[1] stream; ARGV: seq, event json, maxlen, channel, agent_id, ttl.
-# Returns 1 when written, 0 when the stream already had this seq or a newer one.
+# KEYS[1] stream; ARGV: entry id, event bytes, type, maxlen, channel, notice, ttl,
+# the event and type field names. Returns 1 when written, 0 when the stream
+# already had this seq or a newer one. Names and formats: app.delivery.
 PUSH_SCRIPT = """
-local ok = redis.pcall('XADD', KEYS[1], 'MAXLEN', '~', ARGV[3], ARGV[1] .. '-0', 'e', ARGV[2])
+local ok = redis.pcall('XADD', KEYS[1], 'MAXLEN', '~', ARGV[4], ARGV[1],
+                       ARGV[8], ARGV[2], ARGV[9], ARGV[3])
 if type(ok) == 'table' and ok.err then
   if string.find(ok.err, 'equal or smaller') then return 0 end
   return redis.error_reply(ok.err)
 end
-redis.call('EXPIRE', KEYS[1], ARGV[6])
-redis.call('PUBLISH', ARGV[4], ARGV[5] .. ' ' .. ARGV[1])
+redis.call('EXPIRE', KEYS[1], ARGV[7])
+redis.call('PUBLISH', ARGV[5], ARGV[6])
 return 1
 """
 
@@ -54,19 +51,22 @@ return 1
 class PushEvent:
     agent_id: str
     seq: int
-    raw: str
+    type: str
+    # The record's bytes, written to the stream as they came (app.event_wire made them).
+    raw: bytes
 
 
-def parse(delivery: Delivery) -> PushEvent | None:
-    """The recipient and seq of a bus record; None for a record we cannot read
-    (logged and skipped: it can never become deliverable by retrying)."""
+def parse(record: Delivery) -> PushEvent | None:
+    """The recipient, seq and type of a bus record; None for a record we cannot
+    read (logged and skipped: it can never become deliverable by retrying)."""
     try:
-        text = delivery.value.decode()
-        seq = int(json.loads(text)["seq"])
-    except (UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
-        log.error("push: unreadable record for key %r skipped: %s", delivery.key, exc)
+        event = json.loads(record.value)
+        seq = int(event["seq"])
+        kind = str(event.get("type") or "message")
+    except (UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        log.error("push: unreadable record for key %r skipped: %s", record.key, exc)
         return None
-    return PushEvent(delivery.key, seq, text)
+    return PushEvent(record.key, seq, kind, record.value)
 
 
 class Push:
@@ -89,9 +89,12 @@ class Push:
         async with self.redis.pipeline(transaction=False) as pipe:
             for ev in events:
                 await self.script(
-                    keys=[stream_key(ev.agent_id)],
-                    args=[ev.seq, ev.raw, self.settings.push_stream_maxlen, CHANNEL, ev.agent_id,
-                          STREAM_TTL_SECONDS],
+                    keys=[delivery.inbox_stream_key(ev.agent_id)],
+                    args=[delivery.entry_id(ev.seq), ev.raw, ev.type,
+                          self.settings.push_stream_maxlen, delivery.NOTIFY_CHANNEL,
+                          delivery.event_notice(ev.agent_id, ev.seq),
+                          delivery.STREAM_TTL_SECONDS, delivery.EVENT_FIELD,
+                          delivery.TYPE_FIELD],
                     client=pipe)
             results = await pipe.execute()
         written = sum(1 for r in results if r == 1)

@@ -31,7 +31,7 @@ from app.settings import Settings
 from app.store import outbox as outbox_store
 from app.store.events import WAKEUP_CHANNEL
 from workers import runtime
-from workers.bus import Publisher, PublishError
+from workers.bus import Publisher, PublishError, RecordRejected
 
 log = logging.getLogger("mesh.relay")
 
@@ -65,8 +65,7 @@ class Relay:
                                            self.settings.bus_topic)
             if not rows:
                 return 0
-            results = await self.publisher.publish_batch(
-                [(r["key"], r["payload"].encode()) for r in rows])
+            results = await self._publish(rows)
             sent: list[int] = []
             failed_ids: list[int] = []
             errors: list[str] = []
@@ -93,6 +92,15 @@ class Relay:
             log.warning("relay: %d of %d records not acknowledged (%d dead-lettered): %s",
                         len(failed_ids), len(rows), n_dead, errors[0])
         return len(rows)
+
+    async def _publish(self, rows: list[asyncpg.Record]) -> list[PublishError | None]:
+        """Publish each row's bus value. A row that has none fails for good (it
+        can never become publishable) instead of failing the batch; the rest flow on."""
+        values = [_bus_value(r) for r in rows]
+        records = [(r["key"], v) for r, v in zip(rows, values, strict=True)
+                   if isinstance(v, bytes)]
+        published = iter(await self.publisher.publish_batch(records) if records else [])
+        return [next(published) if isinstance(v, bytes) else v for v in values]
 
     async def drain(self) -> int:
         """Relay until no due row is left (or the bus refuses everything)."""
@@ -195,6 +203,16 @@ class Relay:
             except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
                 reason = f"LISTEN connection failed ({exc})"
             await backoff.wait(reason)
+
+
+def _bus_value(row: asyncpg.Record) -> bytes | PublishError:
+    try:
+        value = outbox_store.bus_value(row)
+    except (TypeError, ValueError) as exc:  # a row the serializer cannot encode
+        return RecordRejected(f"outbox row {row['id']} cannot be encoded: {exc}")
+    if value is None:
+        return RecordRejected(f"inbox event {row['raw']} not found; nothing to publish")
+    return value
 
 
 def _describe(error: PublishError) -> str:

@@ -21,7 +21,9 @@ async def read(request: Request) -> Response:
     wait = float_query(request, "wait", default=0.0, minimum=0.0,
                        maximum=s.settings.longpoll_max_wait_seconds)
     assert limit is not None
-    return json(await inbox.read(s.pool, s.hub, me, after=after, limit=limit, wait=wait))
+    # Already JSON: the events' stored wire bytes inside the page envelope.
+    return Response(await inbox.read(s.pool, s.hub, me, after=after, limit=limit, wait=wait),
+                    media_type="application/json")
 
 
 @doc("Acknowledge processing up to seq (monotone; never moves back)", body=AckBody,

@@ -70,13 +70,15 @@ async def resolve(pool: asyncpg.Pool, settings: Settings, token: str) -> Owner |
         user = await users_store.by_id(pool, int(claims["sub"]))
         if user is None:
             raise unauthorized("the account behind this token no longer exists")
-        return Owner(user["user_id"], user["username"], user["is_admin"])
+        return Owner(user["user_id"], user["username"], user["is_admin"],
+                     expires_at=float(claims["exp"]))
     if claims["typ"] == "agent" and "kid" in claims:
         row = await keys_store.live_agent(pool, claims["kid"], claims["sub"])
         if row is None:
             raise unauthorized("the API key behind this token was revoked or its agent deleted; "
                                "get a new key from the agent's owner")
-        return Agent(row["agent_id"], row["owner_id"], row["kind"], claims["kid"])
+        return Agent(row["agent_id"], row["owner_id"], row["kind"], claims["kid"],
+                     expires_at=float(claims["exp"]))
     raise unauthorized("token of an unknown kind")
 
 
@@ -93,7 +95,7 @@ async def virtual_user_of(pool: asyncpg.Pool, owner: Owner) -> Agent:
     row = await agents_store.get(pool, agent_id)
     if row is None:  # only if someone deleted it by hand
         raise Problem(500, f"the virtual-user agent '{agent_id}' is missing")
-    return Agent(agent_id, owner.user_id, "virtual-user")
+    return Agent(agent_id, owner.user_id, "virtual-user", expires_at=owner.expires_at)
 
 
 # --- agents --------------------------------------------------------------------------

@@ -8,6 +8,7 @@ from typing import Any
 import asyncpg
 
 from app.errors import not_found
+from app.event_wire import WireEvent, encode_page
 from app.inbox_hub import InboxHub
 from app.metrics import E2E_LATENCY, LONGPOLL_WAITING
 from app.services.principals import Agent
@@ -25,28 +26,30 @@ async def start_cursor(pool: asyncpg.Pool, agent_id: str, after: int | None = No
     return max(start, int(row["inbox_floor"]))
 
 
-async def record_delivery(pool: asyncpg.Pool, agent_id: str, events: list[dict[str, Any]]) -> None:
+async def record_delivery(pool: asyncpg.Pool, agent_id: str, events: list[WireEvent]) -> None:
     """Receipts and the e2e latency histogram, once per event (first hand-over)."""
     if not events:
         return
-    for latency in await inbox_store.mark_delivered(pool, agent_id, events[0]["seq"],
-                                                    events[-1]["seq"]):
+    for latency in await inbox_store.mark_delivered(pool, agent_id, events[0].seq,
+                                                    events[-1].seq):
         E2E_LATENCY.observe(max(latency, 0.0))
 
 
 async def read(pool: asyncpg.Pool, hub: InboxHub, me: Agent, *, after: int | None,
-               limit: int, wait: float) -> dict[str, Any]:
+               limit: int, wait: float) -> bytes:
+    """The long-poll body ``{"events":[…],"next_after":N}``, each event's bytes
+    embedded as the serializer made them (the same bytes SSE sends)."""
     if after is None:
         after = await start_cursor(pool, me.agent_id)
     events = await inbox_store.after(pool, me.agent_id, after, limit)
     if not events and wait > 0:
         events = await _wait_for_events(pool, hub, me.agent_id, after, limit, wait)
     await record_delivery(pool, me.agent_id, events)
-    return {"events": events, "next_after": events[-1]["seq"] if events else after}
+    return encode_page(events, events[-1].seq if events else after)
 
 
 async def _wait_for_events(pool: asyncpg.Pool, hub: InboxHub, agent_id: str, after: int,
-                           limit: int, wait: float) -> list[dict[str, Any]]:
+                           limit: int, wait: float) -> list[WireEvent]:
     deadline = time.monotonic() + wait
     with LONGPOLL_WAITING.track_inprogress():
         async with hub.watch(agent_id) as waiter:

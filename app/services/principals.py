@@ -10,6 +10,8 @@ class Owner:
     user_id: int
     username: str
     is_admin: bool
+    # The token's ``exp`` (Unix time), decoded once with it; long-lived streams end then.
+    expires_at: float | None = None
 
 
 @dataclass(frozen=True)
@@ -19,3 +21,5 @@ class Agent:
     kind: str
     # None when an owner's login token acts as its virtual-user agent.
     key_id: str | None = None
+    # The token's ``exp`` (Unix time), decoded once with it; long-lived streams end then.
+    expires_at: float | None = None

@@ -1,34 +1,41 @@
 """Strictly ordered reading of one agent's inbox for a live stream (SSE).
 
 Postgres is the history; the agent's Redis Stream (written by the push worker,
-entry id ``{seq}-0``) is the fast path. The reader first catches up from
-Postgres, then tails Redis. Whenever the next entry it sees is not ``last+1``
-— the push worker skipped it, Redis lost it, or a relay published out of
-order — it fills the gap from Postgres before going on. So a connection
-delivers every seq once, in order: never a skip, never a repeat.
+app.delivery) is the fast path. The reader first catches up from Postgres,
+then tails Redis. Whenever the next entry it sees is not ``last+1`` — the push
+worker skipped it, Redis lost it, or a relay published out of order — it fills
+the gap from Postgres before going on. So a connection delivers every seq once,
+in order: never a skip, never a repeat.
+
+Events are :class:`~app.event_wire.WireEvent`: a Redis entry's bytes are passed
+on as the relay encoded them, never parsed and re-encoded here.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from typing import Any
 
 import asyncpg
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
+from app import delivery
+from app.event_wire import WireEvent
+from app.metrics import SSE_GAP_FILLS
 from app.store import inbox as inbox_store
 
 log = logging.getLogger("mesh.stream")
 
-STREAM_PREFIX = "inbox:"
 BATCH = 200
 
 
-def stream_key(agent_id: str) -> str:
-    """The agent's Redis stream: written by the push worker, read here."""
-    return f"{STREAM_PREFIX}{agent_id}"
+def _from_entry(seq: int, fields: dict[bytes, bytes]) -> WireEvent:
+    data = fields[delivery.EVENT_FIELD]
+    kind = fields.get(delivery.TYPE_FIELD)
+    if kind is None:  # an entry written before the type field existed
+        return WireEvent(seq, str(json.loads(data)["type"]), data)
+    return WireEvent(seq, kind.decode(), data)
 
 
 class InboxReader:
@@ -41,22 +48,23 @@ class InboxReader:
         self.catching_up = True
         self.gap_fills = 0
 
-    async def next_batch(self, *, from_postgres: bool = False) -> list[dict[str, Any]]:
+    async def next_batch(self, *, from_postgres: bool = False) -> list[WireEvent]:
         """The next events after ``last``, in order; [] when none are known yet."""
         if self.catching_up or from_postgres:
             events = await inbox_store.after(self.pool, self.agent_id, self.last, BATCH)
             self.catching_up = len(events) == BATCH
             return self._advance(events)
         try:
-            entries = await self.redis.xrange(stream_key(self.agent_id),
-                                              min=f"{self.last + 1}-0", max="+", count=BATCH)
+            entries = await self.redis.xrange(delivery.inbox_stream_key(self.agent_id),
+                                              min=delivery.entry_id(self.last + 1), max="+",
+                                              count=BATCH)
         except (RedisError, OSError) as exc:
             log.warning("stream %s: Redis unavailable (%s); reading Postgres", self.agent_id, exc)
             return await self.next_batch(from_postgres=True)
-        out: list[dict[str, Any]] = []
-        for entry_id, fields in entries:
-            seq = int(entry_id.split(b"-", 1)[0])
-            expected = self.last + 1 if not out else out[-1]["seq"] + 1
+        out: list[WireEvent] = []
+        for entry, fields in entries:
+            seq = delivery.entry_seq(entry)
+            expected = self.last + 1 if not out else out[-1].seq + 1
             if seq < expected:
                 continue
             if seq > expected:
@@ -64,17 +72,18 @@ class InboxReader:
                 filled = await inbox_store.after(self.pool, self.agent_id, expected - 1, BATCH,
                                                  upto=seq - 1)
                 self.gap_fills += 1
+                SSE_GAP_FILLS.inc()
                 out.extend(filled)
-                if not filled or filled[-1]["seq"] != seq - 1:
+                if not filled or filled[-1].seq != seq - 1:
                     break  # Postgres could not close the gap yet; resume from there next time
-            out.append(json.loads(fields[b"e"]))
+            out.append(_from_entry(seq, fields))
         return self._advance(out)
 
-    def _advance(self, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        ordered: list[dict[str, Any]] = []
+    def _advance(self, events: list[WireEvent]) -> list[WireEvent]:
+        ordered: list[WireEvent] = []
         for ev in events:
-            if ev["seq"] != self.last + 1:
+            if ev.seq != self.last + 1:
                 break  # never skip: the rest comes in a later batch
             ordered.append(ev)
-            self.last = ev["seq"]
+            self.last = ev.seq
         return ordered

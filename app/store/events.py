@@ -3,8 +3,12 @@
 One statement does it all, inside the caller's transaction: it locks the
 recipients' counter rows in agent_id order (so two writes reaching the same
 agents can never deadlock), bumps each counter by one, inserts the inbox
-events with those seqs and copies each into the outbox for the relay. The
+events with those seqs and one outbox row per event for the relay. The
 relay is woken after the commit (app.relay_wakeup), not from inside it.
+
+The outbox row carries only the event's envelope (seq, event_id, type, ids),
+never its content or a wire form: the relay's claim joins the inbox row back
+and encodes it with app.event_wire, like every other delivery path (ADR 009).
 """
 
 from __future__ import annotations
@@ -53,8 +57,7 @@ WITH req AS (
     INSERT INTO outbox_events (topic, key, payload)
     SELECT $8, i.agent_id, jsonb_build_object(
         'seq', i.seq, 'event_id', i.event_id, 'type', i.type, 'task_id', i.task_id,
-        'context_id', i.context_id, 'from_agent_id', i.from_agent_id,
-        'created_at', i.created_at, 'payload', i.payload)
+        'context_id', i.context_id, 'from_agent_id', i.from_agent_id)
     FROM ins i ORDER BY i.agent_id
     RETURNING id
 ), receipt AS (
@@ -64,8 +67,7 @@ WITH req AS (
     WHERE m.message_id = $9 AND m.recipient = i.agent_id
     RETURNING 1
 )
-SELECT i.agent_id, i.seq, i.event_id, i.type, i.task_id, i.context_id, i.from_agent_id,
-       i.created_at, i.payload, (SELECT count(*) FROM out) AS outboxed
+SELECT i.agent_id, i.seq, i.event_id, i.type, (SELECT count(*) FROM out) AS outboxed
 FROM ins i
 """
 
@@ -77,7 +79,8 @@ class RecipientMissing(Exception):
 async def append(conn: asyncpg.Connection, events: Sequence[NewEvent], *,
                  topic: str, skip_missing: bool = False,
                  message_id: str | None = None) -> list[dict[str, Any]]:
-    """Write ``events`` (at most one per recipient) and return them with their seq.
+    """Write ``events`` (at most one per recipient); returns one row per event
+    written (agent_id, seq, event_id, type).
 
     An event for an agent that no longer exists raises :class:`RecipientMissing`
     (the caller's transaction then rolls back), or is dropped with ``skip_missing``
@@ -96,19 +99,4 @@ async def append(conn: asyncpg.Connection, events: Sequence[NewEvent], *,
     )
     if len(rows) != len(events) and not skip_missing:
         raise RecipientMissing(sorted(set(recipients) - {r["agent_id"] for r in rows}))
-    return [event_json(r) for r in rows]
-
-
-def event_json(row: asyncpg.Record | dict[str, Any]) -> dict[str, Any]:
-    """The wire shape of an inbox event (DESIGN §4)."""
-    created = row["created_at"]
-    return {
-        "seq": row["seq"],
-        "event_id": row["event_id"],
-        "type": row["type"],
-        "task_id": row["task_id"],
-        "context_id": row["context_id"],
-        "from_agent_id": row["from_agent_id"],
-        "created_at": created.isoformat() if hasattr(created, "isoformat") else created,
-        "payload": row["payload"],
-    }
+    return [dict(r) for r in rows]

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import asyncpg
 
-from app.store.events import event_json
+from app.event_wire import EVENT_COLUMNS, WireEvent, wire_event
 
 Conn = asyncpg.Connection | asyncpg.Pool
 
-_SELECT = ("SELECT seq, event_id, type, task_id, context_id, from_agent_id, created_at, payload, "
-           "delivered_at FROM inbox_events ")
+_SELECT = f"SELECT {EVENT_COLUMNS} FROM inbox_events "
 
 
 # `after`, but never below the agent's floor (events of a deleted predecessor
@@ -18,8 +17,8 @@ _FLOORED = "GREATEST($2, (SELECT inbox_floor FROM agents WHERE agent_id = $1))"
 
 
 async def after(conn: Conn, agent_id: str, after_seq: int, limit: int,
-                upto: int | None = None) -> list[dict]:
-    """Events with seq in (after_seq, upto], oldest first."""
+                upto: int | None = None) -> list[WireEvent]:
+    """Events with seq in (after_seq, upto], oldest first, in their wire form."""
     if upto is None:
         rows = await conn.fetch(
             _SELECT + f"WHERE agent_id = $1 AND seq > {_FLOORED} ORDER BY seq LIMIT $3",
@@ -28,7 +27,7 @@ async def after(conn: Conn, agent_id: str, after_seq: int, limit: int,
         rows = await conn.fetch(
             _SELECT + f"WHERE agent_id = $1 AND seq > {_FLOORED} AND seq <= $3 "
             f"ORDER BY seq LIMIT $4", agent_id, after_seq, upto, limit)
-    return [event_json(r) for r in rows]
+    return [wire_event(r) for r in rows]
 
 
 async def mark_delivered(conn: Conn, agent_id: str, first_seq: int, last_seq: int) -> list[float]:

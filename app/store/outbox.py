@@ -8,21 +8,42 @@ from typing import Any
 
 import asyncpg
 
+from app.event_wire import encode_event
+
 Conn = asyncpg.Connection | asyncpg.Pool
 
 # Due pending rows of one topic, oldest first; rows another relay holds are
 # skipped, so any number of relays share the work without waiting on each other.
+# An event row's envelope names its inbox row (event_id is unique there), which
+# is joined here so the relay encodes the event itself (ADR 009): the batch claim
+# does that work, not the web request. A row without an event_id (written by
+# hand or by another producer) is relayed as it is.
 CLAIM_SQL = """
-SELECT id, key, payload::text AS payload, attempts FROM outbox_events
-WHERE status = 'pending' AND next_attempt_at <= now() AND topic = $2
-ORDER BY id LIMIT $1
-FOR UPDATE SKIP LOCKED
+SELECT o.id, o.key, o.payload::text AS raw, o.attempts, o.payload ? 'event_id' AS is_event,
+       e.seq, e.event_id, e.type, e.task_id, e.context_id, e.from_agent_id, e.created_at,
+       e.payload
+FROM outbox_events o
+LEFT JOIN inbox_events e ON e.event_id = o.payload->>'event_id'
+WHERE o.status = 'pending' AND o.next_attempt_at <= now() AND o.topic = $2
+ORDER BY o.id LIMIT $1
+FOR UPDATE OF o SKIP LOCKED
 """
 
 
 async def claim(conn: asyncpg.Connection, limit: int, topic: str) -> list[asyncpg.Record]:
     """Lock up to ``limit`` due rows for the caller's open transaction."""
     return await conn.fetch(CLAIM_SQL, limit, topic)
+
+
+def bus_value(row: asyncpg.Record) -> bytes | None:
+    """The bytes to publish for a claimed row: the event's wire form, the
+    payload of a non-event row, or None when the event's inbox row is missing
+    (it is written in the same statement, so never; dead-lettered if it were)."""
+    if not row["is_event"]:
+        return str(row["raw"]).encode()
+    if row["event_id"] is None:
+        return None
+    return encode_event(row)
 
 
 async def mark_sent(conn: asyncpg.Connection, ids: Sequence[int]) -> None:
@@ -72,9 +93,16 @@ async def counts(conn: Conn) -> dict[str, int]:
 
 
 async def dead_letters(conn: Conn, limit: int, after_id: int = 0) -> list[asyncpg.Record]:
+    # The envelope with the event's content put back, so a dead letter's size
+    # is judged on what the relay tried to publish.
     return await conn.fetch(
-        "SELECT id, topic, key, payload, attempts, last_error, created_at, next_attempt_at "
-        "FROM outbox_events WHERE status = 'failed' AND id > $1 ORDER BY id LIMIT $2",
+        "SELECT o.id, o.topic, o.key, "
+        "CASE WHEN e.payload IS NULL THEN o.payload "
+        "ELSE o.payload || jsonb_build_object('payload', e.payload) END AS payload, "
+        "o.attempts, o.last_error, o.created_at, o.next_attempt_at "
+        "FROM outbox_events o LEFT JOIN inbox_events e "
+        "ON e.event_id = o.payload->>'event_id' "
+        "WHERE o.status = 'failed' AND o.id > $1 ORDER BY o.id LIMIT $2",
         after_id, limit)
 
 

@@ -1,6 +1,6 @@
 import asyncio
-from pathlib import Path
 
+import psutil
 import pytest
 
 from meshd.handlers import (
@@ -48,8 +48,8 @@ async def test_exec_nonzero_exit_fails_with_status_and_stderr():
 
 def _alive(pid: int) -> bool:
     try:
-        return Path(f"/proc/{pid}/stat").read_text().split()[2] not in "ZX"
-    except FileNotFoundError:
+        return psutil.Process(pid).status() not in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)
+    except psutil.NoSuchProcess:
         return False
 
 

@@ -19,30 +19,33 @@ from pathlib import Path
 from typing import Any
 
 from app.settings import Settings
+from devstack import procfile
 from devstack.process import free_port, port_open
 
 REPO = Path(__file__).resolve().parents[2]
-
 
 
 def procfile_commands() -> dict[str, list[str]]:
     """The worker lines of the Procfile, run with this interpreter: what the fault
     tests and benchmarks start is what production starts."""
     commands: dict[str, list[str]] = {}
-    for line in (REPO / "Procfile").read_text().splitlines():
-        name, sep, command = line.partition(":")
-        if not sep or name.strip() in ("web", "release") or line.startswith("#"):
+    for name, command in procfile.read(REPO / "Procfile").processes:
+        if name == "web":
             continue
         argv = shlex.split(command)
         if argv[0] == "python":
             argv = [sys.executable, *argv[1:]]
         elif argv[0] == "arq":
             argv = [sys.executable, "-m", "arq", *argv[1:]]
-        commands[name.strip()] = argv
+        commands[name] = argv
     return commands
 
 
 COMMANDS = procfile_commands()
+# Where MeshProcess logs go; the test session points it into its temporary
+# folder, which it removes at the end. None: the system's temporary folder
+# (the bench removes its logs itself).
+LOG_DIR: Path | None = None
 READY_LINE = {"outbox": "relay started", "push": "push started", "cron": "cron started"}
 
 
@@ -69,7 +72,7 @@ class MeshProcess:
         self.extra = extra
         self.port: int | None = None
         self.proc: subprocess.Popen[bytes] | None = None
-        self.log = Path(tempfile.mkstemp(prefix=f"mesh-{kind}-", suffix=".log")[1])
+        self.log = Path(tempfile.mkstemp(prefix=f"mesh-{kind}-", suffix=".log", dir=LOG_DIR)[1])
 
     @property
     def url(self) -> str:

@@ -1,0 +1,60 @@
+"""The delivery protocol between the push worker and the web processes.
+
+Both sides of the Redis hand-over import their names from here, so a key, a
+channel or a notice changes in one place:
+
+- each agent's events sit in the Redis Stream ``inbox:{agent_id}``, one entry
+  per event with the explicit id ``{seq}-0`` and two fields: ``e`` (the event's
+  wire bytes, app.event_wire) and ``t`` (its type, for the SSE ``event:`` line
+  without parsing ``e``);
+- after a write the push worker PUBLISHes ``"{agent_id} {seq}"`` on
+  ``mesh:inbox-notify``; a credential change publishes ``"{agent_id} auth"``
+  there. Notices are hints: a reader always re-reads its source.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+INBOX_STREAM_PREFIX = "inbox:"
+NOTIFY_CHANNEL = "mesh:inbox-notify"
+AUTH_CHANGED = "auth"
+# An idle agent's stream expires; Postgres still holds every event for catch-up.
+STREAM_TTL_SECONDS = 7 * 24 * 3600
+EVENT_FIELD = b"e"
+TYPE_FIELD = b"t"
+
+
+def inbox_stream_key(agent_id: str) -> str:
+    """The agent's Redis Stream: written by the push worker, read by SSE."""
+    return f"{INBOX_STREAM_PREFIX}{agent_id}"
+
+
+def entry_id(seq: int) -> str:
+    return f"{seq}-0"
+
+
+def entry_seq(entry: bytes | str) -> int:
+    """The seq of a stream entry id (``{seq}-0``)."""
+    text = entry.decode() if isinstance(entry, bytes) else entry
+    return int(text.split("-", 1)[0])
+
+
+def event_notice(agent_id: str, seq: int) -> str:
+    return f"{agent_id} {seq}"
+
+
+def auth_notice(agent_id: str) -> str:
+    return f"{agent_id} {AUTH_CHANGED}"
+
+
+@dataclass(frozen=True, slots=True)
+class Notice:
+    agent_id: str
+    auth: bool
+
+
+def parse_notice(data: bytes | str) -> Notice:
+    text = data.decode() if isinstance(data, bytes) else str(data)
+    agent_id, _, what = text.partition(" ")
+    return Notice(agent_id, what == AUTH_CHANGED)

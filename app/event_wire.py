@@ -1,0 +1,69 @@
+"""The wire form of an inbox event — its one serializer (ADR 009).
+
+Every path that hands an event to a client starts from an ``inbox_events`` row
+and calls :func:`encode_event`: the relay (whose bytes travel bus → push →
+Redis → live SSE untouched), SSE catch-up and gap-fill, and long-poll. So one
+seq reaches a client as the same bytes whichever way it came. ``created_at`` is
+always UTC with microseconds, whatever the database session's time zone.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+# The columns encode_event reads, for queries that feed it.
+EVENT_COLUMNS = "seq, event_id, type, task_id, context_id, from_agent_id, created_at, payload"
+
+
+@dataclass(frozen=True, slots=True)
+class WireEvent:
+    """An event ready for a client: ``data`` is the JSON, seq and type are
+    beside it so SSE can write ``id:`` and ``event:`` without parsing it."""
+
+    seq: int
+    type: str
+    data: bytes
+
+
+def format_timestamp(value: datetime) -> str:
+    if not isinstance(value, datetime) or value.tzinfo is None:
+        raise TypeError(f"an event's created_at must be an aware datetime, got {value!r}")
+    # Fixed width: isoformat() alone drops the fraction when it is zero.
+    return value.astimezone(UTC).isoformat(timespec="microseconds")
+
+
+def _dumps(value: Any) -> bytes:
+    # The same options as the JSON API responses (Starlette's JSONResponse).
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def encode_event(row: Mapping[str, Any]) -> bytes:
+    """The event JSON of DESIGN §4, fields in its order, from an inbox row."""
+    payload = row["payload"]
+    if isinstance(payload, str):  # a connection without the pool's jsonb codec
+        payload = json.loads(payload)
+    return _dumps({
+        "seq": row["seq"],
+        "event_id": row["event_id"],
+        "type": row["type"],
+        "task_id": row["task_id"],
+        "context_id": row["context_id"],
+        "from_agent_id": row["from_agent_id"],
+        "created_at": format_timestamp(row["created_at"]),
+        "payload": payload,
+    })
+
+
+def wire_event(row: Mapping[str, Any]) -> WireEvent:
+    return WireEvent(int(row["seq"]), str(row["type"]), encode_event(row))
+
+
+def encode_page(events: Sequence[WireEvent], next_after: int) -> bytes:
+    """The long-poll body ``{"events":[…],"next_after":N}`` with each event's
+    bytes embedded as they are, not re-encoded."""
+    return b'{"events":[' + b",".join(e.data for e in events) + \
+        b'],"next_after":' + str(int(next_after)).encode() + b"}"

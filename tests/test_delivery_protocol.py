@@ -1,0 +1,70 @@
+"""The push worker and the web process speak one protocol (app/delivery.py):
+what push writes to Redis is what the SSE reader reads, the notice it
+publishes is what the hub parses, and no other module spells the names."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+from pathlib import Path
+
+import asyncpg
+import redis.asyncio as aioredis
+
+from app import delivery
+from app.event_wire import WireEvent, encode_event
+from app.services.stream import InboxReader
+from app.settings import Settings
+from workers.push import Push, PushEvent
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+async def test_push_writes_what_the_reader_reads(migrated: Settings, db: asyncpg.Pool,
+                                                 redis_client: aioredis.Redis,
+                                                 uniq: str) -> None:
+    agent_id = f"proto-{uniq}@nobody"  # no such agent: Postgres has nothing, Redis all
+    data = encode_event({"seq": 1, "event_id": f"e-{uniq}", "type": "task.message",
+                         "task_id": None, "context_id": None, "from_agent_id": None,
+                         "created_at": datetime.now(UTC), "payload": {"n": 1}})
+    pubsub = redis_client.pubsub(ignore_subscribe_messages=True)
+    await pubsub.subscribe(delivery.NOTIFY_CHANNEL)
+    try:
+        push = Push(migrated, redis_client, subscriber=None)  # type: ignore[arg-type]
+        await push.write([PushEvent(agent_id, 1, "task.message", data)])
+        assert push.written == 1
+
+        async def notice() -> delivery.Notice:
+            while True:
+                message = await pubsub.get_message(timeout=5.0)
+                if message is not None:
+                    found = delivery.parse_notice(message["data"])
+                    if found.agent_id == agent_id:
+                        return found
+
+        assert await asyncio.wait_for(notice(), 30) == delivery.Notice(agent_id, auth=False)
+    finally:
+        await pubsub.aclose()
+
+    key = delivery.inbox_stream_key(agent_id)
+    [(entry, fields)] = await redis_client.xrange(key)
+    assert delivery.entry_seq(entry) == 1 and entry == delivery.entry_id(1).encode()
+    assert fields == {delivery.EVENT_FIELD: data, delivery.TYPE_FIELD: b"task.message"}
+    assert 0 < await redis_client.ttl(key) <= delivery.STREAM_TTL_SECONDS
+
+    reader = InboxReader(db, redis_client, agent_id, 0)
+    assert await reader.next_batch() == []  # the catch-up from Postgres: nothing there
+    assert await reader.next_batch() == [WireEvent(1, "task.message", data)]
+    await redis_client.delete(key)
+
+
+def test_only_the_protocol_module_spells_the_names() -> None:
+    spelled = {"mesh:inbox-notify", '"inbox:', "'inbox:", 'f"inbox:'}
+    offenders = []
+    for folder in ("app", "workers", "cron"):
+        for path in (ROOT / folder).rglob("*.py"):
+            if path == ROOT / "app" / "delivery.py":
+                continue
+            text = path.read_text()
+            offenders += [f"{path.relative_to(ROOT)}: {s}" for s in spelled if s in text]
+    assert not offenders, f"protocol names outside app/delivery.py: {offenders}"

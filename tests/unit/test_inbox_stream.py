@@ -1,0 +1,173 @@
+"""The SSE stream loop (app.services.inbox_stream) with a fake clock: no
+services, no sleeps. The source, the credential check and the receipt
+recorder are stand-ins; the hub is the real one (never started: its waiters
+are woken by hand, as a Redis notice would)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+
+from app.event_wire import WireEvent
+from app.inbox_hub import InboxHub, Waiter
+from app.services.inbox_stream import KEEP_ALIVE, InboxStream, StreamItem
+from app.services.principals import Agent
+from app.settings import Settings
+
+AGENT = "b@bob"
+SETTINGS = Settings(sse_keepalive_seconds=15, sse_recheck_seconds=30,
+                    sse_auth_recheck_seconds=300)
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+        self.wall = 1_800_000_000.0
+        self.waits: list[float] = []
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def time(self) -> float:
+        return self.wall
+
+    async def wait(self, waiter: Waiter, timeout: float) -> bool:
+        """Woken already → True at once; else the whole timeout passes."""
+        self.waits.append(timeout)
+        if await waiter.wait(0):
+            return True
+        self.now += timeout
+        self.wall += timeout
+        return False
+
+
+class FakeSource:
+    def __init__(self) -> None:
+        self.last = 0
+        self.pending: list[WireEvent] = []
+        self.reads: list[bool] = []  # from_postgres of each read
+        # Runs after the next read comes back empty: what "meanwhile" means here,
+        # since the fake clock's wait never suspends.
+        self.after_empty_read: Callable[[], None] | None = None
+
+    def add(self, n: int) -> None:
+        for _ in range(n):
+            seq = self.last + len(self.pending) + 1
+            self.pending.append(WireEvent(seq, "task.message", b'{"seq":%d}' % seq))
+
+    async def next_batch(self, *, from_postgres: bool = False) -> list[WireEvent]:
+        self.reads.append(from_postgres)
+        out, self.pending = self.pending, []
+        if out:
+            self.last = out[-1].seq
+        elif self.after_empty_read is not None:
+            hook, self.after_empty_read = self.after_empty_read, None
+            hook()
+        return out
+
+
+class Harness:
+    def __init__(self, *, expires_in: float | None = None) -> None:
+        self.clock = FakeClock()
+        self.source = FakeSource()
+        self.hub = InboxHub("redis://unused")
+        self.valid = True
+        self.auth_checks = 0
+        self.delivered: list[list[int]] = []
+        expires_at = None if expires_in is None else self.clock.wall + expires_in
+        self.stream = InboxStream(self.source, self.hub, SETTINGS,
+                                  Agent(AGENT, 1, "normal", "k1", expires_at=expires_at),
+                                  still_valid=self.still_valid, delivered=self.record,
+                                  clock=self.clock)
+        self.items: AsyncIterator[StreamItem] = self.stream.items()
+
+    async def still_valid(self) -> bool:
+        self.auth_checks += 1
+        return self.valid
+
+    async def record(self, batch: list[WireEvent]) -> None:
+        self.delivered.append([e.seq for e in batch])
+
+    async def next(self) -> StreamItem:
+        return await anext(self.items)
+
+    async def rest(self) -> list[StreamItem]:
+        return [item async for item in self.items]
+
+
+async def test_events_in_order_then_receipts_for_the_batch() -> None:
+    h = Harness()
+    h.source.add(3)
+    assert [(await h.next()).seq for _ in range(3)] == [1, 2, 3]  # type: ignore[union-attr]
+    assert h.delivered == []  # recorded once the batch is handed over, not before
+    assert await h.next() is KEEP_ALIVE
+    assert h.delivered == [[1, 2, 3]]
+    await h.items.aclose()
+    assert h.hub.watching() == 0  # the waiter is gone with the stream
+
+
+async def test_a_notice_wakes_the_stream_without_a_keep_alive() -> None:
+    h = Harness()
+    assert await h.next() is KEEP_ALIVE  # idle: one tick passed
+
+    def event_arrives() -> None:
+        h.source.add(1)
+        h.hub.wake(AGENT)
+
+    h.source.after_empty_read = event_arrives
+    assert await h.next() == WireEvent(1, "task.message", b'{"seq":1}')
+    assert h.clock.waits == [15, 15]
+    assert h.clock.now == 1015  # the second wait returned at once (woken)
+    await h.items.aclose()
+
+
+async def test_idle_stream_rereads_postgres_every_recheck_interval() -> None:
+    h = Harness()
+    for _ in range(4):  # 4 ticks of 15 s
+        assert await h.next() is KEEP_ALIVE
+    # Reads: the catch-up, then one after each tick; every 30 s without a notice
+    # it goes to Postgres (a notice lost with Redis must not lose the event).
+    assert h.source.reads == [False, False, True, False]
+    assert await h.next() is KEEP_ALIVE
+    assert h.source.reads[-1] is True
+    await h.items.aclose()
+
+
+async def test_the_stream_ends_when_the_token_expires() -> None:
+    h = Harness(expires_in=40)
+    assert await h.rest() == [KEEP_ALIVE, KEEP_ALIVE, KEEP_ALIVE]
+    assert h.clock.waits == [15, 15, 10]  # never waits past the expiry
+
+
+async def test_a_revocation_notice_ends_the_stream_at_once() -> None:
+    h = Harness()
+    assert await h.next() is KEEP_ALIVE
+    assert h.auth_checks == 0
+    h.valid = False
+    h.hub.wake(AGENT, auth=True)
+    assert await h.rest() == []
+    assert h.auth_checks == 1
+
+
+async def test_a_notice_for_another_agent_is_not_ours() -> None:
+    h = Harness()
+
+    def other_agent_event() -> None:
+        h.source.add(1)  # visible only to the next read, which waits for the tick
+        h.hub.wake("other@bob")
+
+    h.source.after_empty_read = other_agent_event
+    assert await h.next() is KEEP_ALIVE
+    assert h.clock.now == 1015  # the whole tick passed
+    assert (await h.next()).seq == 1  # type: ignore[union-attr]
+    await h.items.aclose()
+
+
+async def test_credentials_are_rechecked_without_a_notice() -> None:
+    h = Harness()
+    ticks = 0
+    while h.auth_checks == 0:
+        assert await h.next() is KEEP_ALIVE
+        ticks += 1
+    assert ticks * 15 > 300  # after sse_auth_recheck_seconds, not before
+    h.valid = False
+    assert await h.rest() == [KEEP_ALIVE] * 20  # the next re-check, 300 s later, ends it
