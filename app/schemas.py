@@ -20,6 +20,14 @@ from app.ids import ID_PATTERN, NAME_PATTERN, USERNAME_PATTERN
 Id = Annotated[str, StringConstraints(pattern=ID_PATTERN)]
 AgentId = Annotated[str, StringConstraints(pattern=ID_PATTERN, max_length=80)]
 Metadata = dict[str, Any] | None
+INSTRUCTIONS_MAX_BYTES = 8192
+
+
+def _instructions_size(value: str | None) -> str | None:
+    if value is not None and len(value.encode()) > INSTRUCTIONS_MAX_BYTES:
+        raise ValueError(f"instructions are {len(value.encode())} bytes; at most "
+                         f"{INSTRUCTIONS_MAX_BYTES} (UTF-8) are allowed")
+    return value
 
 
 class Strict(BaseModel):
@@ -99,12 +107,17 @@ class AgentCreate(Strict):
     display_name: Annotated[str, StringConstraints(max_length=200)] | None = None
     description: Annotated[str, StringConstraints(max_length=4000)] | None = None
     skills: Annotated[list[Skill], Field(max_length=100)] | None = None
+    # The agent's system prompt for `mesh agent`; owner-set, read by the agent via /v1/mesh/me.
+    instructions: str | None = None
+    _check_instructions = field_validator("instructions")(_instructions_size)
 
 
 class AgentPatch(Strict):
     display_name: Annotated[str, StringConstraints(max_length=200)] | None = None
     description: Annotated[str, StringConstraints(max_length=4000)] | None = None
     skills: Annotated[list[Skill], Field(max_length=100)] | None = None
+    instructions: str | None = None
+    _check_instructions = field_validator("instructions")(_instructions_size)
 
 
 class GroupCreate(Strict):

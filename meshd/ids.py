@@ -62,3 +62,13 @@ def derived_message_id(agent_id: str, key: str, *, unix_ms: int = 0) -> str:
     """
     digest = int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big")
     return _compose("m", agent_id, unix_ms, base36(digest % 36**8, 8))
+
+
+def derived_task_id(agent_id: str, key: str, *, unix_ms: int = 0) -> str:
+    """A task id that is the same every time for the same ``key`` (as :func:`derived_message_id`).
+
+    ``mesh agent`` opens a task for the n-th ``mesh_send_message`` of the run for
+    event E with the id derived from that call, so a re-run opens it once.
+    """
+    digest = int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big")
+    return _compose("t", agent_id, unix_ms, base36(digest % 36**6, 6))

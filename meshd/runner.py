@@ -28,7 +28,7 @@ from meshd.errors import (
 )
 from meshd.handlers import Handler, HandlerContext, HandlerError, Reply
 from meshd.ids import derived_message_id
-from meshd.models import InboxEvent, Part, text_part
+from meshd.models import InboxEvent, Part, Task, text_part
 from meshd.options import DaemonOptions, StopSignal
 from meshd.state import DaemonState
 
@@ -80,6 +80,21 @@ def reply_action(agent_id: str, event: InboxEvent, reply: str | list[Part]) -> d
 
 def fail_action(task_id: str, error: HandlerError) -> dict[str, Any]:
     return {"kind": "fail", "task_id": task_id, "error": str(error)[:4000]}
+
+
+async def set_failed(
+    client: MeshClient,
+    task: Task,
+    message: str | None = None,
+    *,
+    parts: list[Part] | None = None,
+    message_id: str | None = None,
+) -> None:
+    """Move ``task``, which we serve, to ``failed``: through ``working`` where the direct move is illegal."""
+    # `submitted → failed` is not a legal move; `input-required → failed` neither.
+    if task.state in ("submitted", "input-required"):
+        await client.set_status(task.task_id, "working")
+    await client.set_status(task.task_id, "failed", message, parts=parts, message_id=message_id)
 
 
 class Outbox:
@@ -136,10 +151,7 @@ class Outbox:
             log.warning("not failing task %s: %s serves it, not us", task_id, task.serving_agent)
             return
         try:
-            # `submitted → failed` is not a legal move; `input-required → failed` neither.
-            if task.state in ("submitted", "input-required"):
-                await self.client.set_status(task_id, "working")
-            await self.client.set_status(task_id, "failed", f"handler failed: {error}")
+            await set_failed(self.client, task, f"handler failed: {error}")
             log.info("task %s set to failed", task_id)
         except ConflictError as e:
             log.warning("could not fail task %s: %s", task_id, e)

@@ -37,6 +37,8 @@ SLOW: dict[str, str] = {
     "tests/meshd/test_daemon_gateway.py::test_two_daemons_exchange_500_messages_in_order": "slow",
     # sleeps the server's Retry-After on purpose
     "tests/meshd/test_client_gateway.py::test_429_waits_for_retry_after": "slow",
+    # lets a mesh agent run hit its wall-clock --timeout on purpose
+    "tests/meshd/test_agent_limits.py::test_wall_clock_timeout_fails_the_task": "slow",
     # starts two real cron processes
     "tests/test_cron.py::test_two_cron_processes_start_coexist_and_act_once": "slow",
 }

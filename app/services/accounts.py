@@ -108,7 +108,8 @@ async def create_agent(pool: asyncpg.Pool, owner: Owner, body: AgentCreate) -> d
     row = await agents_store.create(
         pool, agent_id=agent_id, owner_id=owner.user_id, name=body.name,
         display_name=body.display_name or body.name, description=body.description or "",
-        skills=[s.model_dump(exclude_none=True) for s in body.skills or []])
+        skills=[s.model_dump(exclude_none=True) for s in body.skills or []],
+        instructions=body.instructions or "")
     if row is None:
         raise conflict(f"you already have an agent named '{body.name}' ({agent_id})")
     return agents_store.to_json(row)

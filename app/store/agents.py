@@ -11,12 +11,12 @@ import asyncpg
 Conn = asyncpg.Connection | asyncpg.Pool
 
 COLUMNS = ("agent_id, owner_id, name, display_name, description, skills, kind, status, "
-           "last_heartbeat_at, inbox_seq, acked_seq, created_at, updated_at")
+           "last_heartbeat_at, inbox_seq, acked_seq, created_at, updated_at, instructions")
 
 
 async def create(conn: Conn, *, agent_id: str, owner_id: int, name: str, display_name: str,
                  description: str, skills: list[dict[str, Any]], kind: str = "normal",
-                 ) -> asyncpg.Record | None:
+                 instructions: str = "") -> asyncpg.Record | None:
     # An agent_id may be reused after its agent was deleted. Its seq numbers must
     # never be: the old inbox rows keep their (agent_id, seq) keys, and every
     # consumer (push fan-out, SSE Last-Event-ID, meshd's persisted cursor) skips a
@@ -25,11 +25,11 @@ async def create(conn: Conn, *, agent_id: str, owner_id: int, name: str, display
     # so the predecessor's events stay out of reach even with after=0.
     return await conn.fetchrow(
         f"INSERT INTO agents (agent_id, owner_id, name, display_name, description, skills, kind, "
-        f"inbox_seq, acked_seq, inbox_floor) "
-        f"SELECT $1, $2, $3, $4, $5, $6, $7, s.top, s.top, s.top FROM "
+        f"instructions, inbox_seq, acked_seq, inbox_floor) "
+        f"SELECT $1, $2, $3, $4, $5, $6, $7, $8, s.top, s.top, s.top FROM "
         f"(SELECT COALESCE(max(seq), 0) AS top FROM inbox_events WHERE agent_id = $1) s "
         f"ON CONFLICT (agent_id) DO NOTHING RETURNING {COLUMNS}",
-        agent_id, owner_id, name, display_name, description, skills, kind,
+        agent_id, owner_id, name, display_name, description, skills, kind, instructions,
     )
 
 
@@ -48,7 +48,7 @@ async def list_owned(conn: Conn, owner_id: int) -> list[asyncpg.Record]:
 
 
 async def patch(conn: Conn, agent_id: str, owner_id: int, changes: dict[str, Any]) -> asyncpg.Record | None:
-    allowed = {"display_name", "description", "skills"}
+    allowed = {"display_name", "description", "skills", "instructions"}
     sets, args = [], [agent_id, owner_id]
     for column, value in changes.items():
         assert column in allowed
@@ -110,7 +110,8 @@ def to_json(row: asyncpg.Record, *, private: bool = True) -> dict[str, Any]:
     }
     if private:
         out.update(inbox_seq=row["inbox_seq"], acked_seq=row["acked_seq"],
-                   created_at=_iso(row["created_at"]), updated_at=_iso(row["updated_at"]))
+                   created_at=_iso(row["created_at"]), updated_at=_iso(row["updated_at"]),
+                   instructions=row["instructions"])
     return out
 
 

@@ -1,13 +1,19 @@
-"""``mesh``'s arguments: one parser, every command, and the daemon's defaults from :class:`DaemonOptions`."""
+"""``mesh``'s arguments: one parser, every command, and the daemon's defaults from :class:`DaemonOptions`.
+
+``mesh agent`` takes its per-run defaults from :mod:`meshd.agent.settings` (no SDK
+import: the Claude Agent SDK is loaded only when the command runs).
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, get_args
 
+from meshd.agent.settings import AGENT_ATTEMPTS, DEFAULT_RUN_ON, DEFAULT_TOOLS, AgentSettings, RunSettings
 from meshd.cli import run, social, tasks
 from meshd.handlers import DEFAULT_TIMEOUT
 from meshd.options import DaemonOptions, Transport
@@ -60,6 +66,75 @@ def _json_object(text: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise argparse.ArgumentTypeError("must be a JSON object, e.g. '{\"k\": 1}'")
     return value
+
+
+def _csv(text: str) -> tuple[str, ...]:
+    return tuple(x.strip() for x in text.split(",") if x.strip())
+
+
+def _delivery(
+    p: argparse.ArgumentParser | argparse._ArgumentGroup, d: DaemonOptions, *, attempts: str, grace: str
+) -> None:
+    """The daemon's delivery options (state, retries, transport, presence), shared with `mesh agent`."""
+    p.add_argument("--state-dir", type=Path, help="state folder (default: per agent, see docs)")
+    p.add_argument("--attempts", type=_positive(int), default=d.attempts, help=attempts)
+    p.add_argument("--retry-initial", type=_positive(float), default=d.retry_initial, metavar="S")
+    p.add_argument("--retry-max", type=_positive(float), default=d.retry_max, metavar="S")
+    p.add_argument("--window", type=_positive(int), default=d.window, help="dedup window (ids)")
+    p.add_argument("--transport", choices=get_args(Transport), default=d.transport)
+    p.add_argument("--heartbeat", type=_positive(float), default=d.heartbeat_interval, metavar="S")
+    p.add_argument("--reconnect-initial", type=_positive(float), default=d.reconnect_initial, metavar="S")
+    p.add_argument("--reconnect-max", type=_positive(float), default=d.reconnect_max, metavar="S")
+    p.add_argument("--poll-wait", type=_positive(float), default=d.poll_wait, metavar="S")
+    p.add_argument("--sse-read-timeout", type=_positive(float), default=d.sse_read_timeout, metavar="S")
+    p.add_argument("--grace", type=_positive(float), default=d.shutdown_grace, metavar="S", help=grace)
+
+
+AGENT_EPILOG = """\
+Runs the Claude Agent SDK (with its bundled Claude Code CLI) once per inbox event
+that needs thought, behind the same delivery loop as `mesh daemon`. Install with
+pip install 'agent-meshd[claude]'. The model's credentials come from the
+environment as the SDK expects (ANTHROPIC_API_KEY, ANTHROPIC_BASE_URL, ...).
+
+Per event: at most --max-turns turns, --max-budget-usd dollars and --timeout
+seconds; a run that hits one is not retried, its task gets a note and is set
+failed. Defaults: no shell, no web, file tools inside --workspace only.
+See docs/meshd.md, "Claude as a mesh agent".
+"""
+
+
+def _agent(p: argparse.ArgumentParser) -> None:
+    r, a = RunSettings(), AgentSettings()
+    g = p.add_argument_group("limits per event (never retried past one)")
+    g.add_argument("--max-turns", type=_positive(int), default=r.max_turns,
+                   help=f"model turns (default {r.max_turns})")  # fmt: skip
+    g.add_argument("--max-budget-usd", type=_positive(float), default=r.max_budget_usd,
+                   help=f"USD (default {r.max_budget_usd:g})")  # fmt: skip
+    g.add_argument("--timeout", type=_positive(float), default=r.timeout, metavar="S",
+                   help=f"wall clock, seconds (default {r.timeout:g})")  # fmt: skip
+    g = p.add_argument_group("model and permissions")
+    g.add_argument("--workspace", type=Path, help="the run's cwd (default: STATE_DIR/workspace)")
+    g.add_argument("--model", help="model name (default: the CLI's default)")
+    g.add_argument("--effort", choices=("low", "medium", "high", "xhigh", "max"))
+    g.add_argument("--tools", type=_csv, default=DEFAULT_TOOLS, metavar="LIST",
+                   help=f"built-in tools offered (default {','.join(DEFAULT_TOOLS)})")  # fmt: skip
+    g.add_argument("--allow-tool", action="append", default=[], metavar="NAME",
+                   help="also offer this built-in tool, e.g. Bash (repeatable; think first)")  # fmt: skip
+    g.add_argument("--add-dir", action="append", type=Path, default=[], metavar="DIR",
+                   help="another folder the file tools may use (repeatable)")  # fmt: skip
+    g = p.add_argument_group("behaviour")
+    g.add_argument("--run-on", type=_csv, default=DEFAULT_RUN_ON, metavar="TYPES",
+                   help=f"event types that start a run (default {','.join(DEFAULT_RUN_ON)})")  # fmt: skip
+    g.add_argument("--no-auto-reply", action="store_true",
+                   help="do not post a run's final text when it posted nothing")  # fmt: skip
+    g.add_argument("--history", type=_positive(int), default=a.history, help="earlier task messages shown")
+    g.add_argument("--cli-path", help="a Claude Code CLI to use instead of the bundled one")
+    _delivery(
+        p.add_argument_group("delivery (as for `mesh daemon`)"),
+        replace(DaemonOptions(), attempts=AGENT_ATTEMPTS),
+        attempts="tries of a run that failed with an error (not a limit)",
+        grace="on SIGTERM, how long the running run may still take",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -162,28 +237,24 @@ def build_parser() -> argparse.ArgumentParser:
     h = p.add_mutually_exclusive_group(required=True)
     h.add_argument("--exec", dest="exec_cmd", metavar="CMD", help="shell command per event")
     h.add_argument("--handler", metavar="MODULE:FUNCTION", help="Python callable per event")
-    d = DaemonOptions()
-    p.add_argument("--state-dir", type=Path, help="state folder (default: per agent, see docs)")
     p.add_argument("--timeout", type=_positive(float), default=DEFAULT_TIMEOUT, help="per attempt, s")
-    p.add_argument("--attempts", type=_positive(int), default=d.attempts, help="tries before giving up")
-    p.add_argument("--retry-initial", type=_positive(float), default=d.retry_initial, metavar="S")
-    p.add_argument("--retry-max", type=_positive(float), default=d.retry_max, metavar="S")
     p.add_argument("--no-reply", action="store_true", help="never post handler output")
-    p.add_argument("--window", type=_positive(int), default=d.window, help="dedup window (ids)")
-    p.add_argument("--transport", choices=get_args(Transport), default=d.transport)
-    p.add_argument("--heartbeat", type=_positive(float), default=d.heartbeat_interval, metavar="S")
-    p.add_argument("--reconnect-initial", type=_positive(float), default=d.reconnect_initial, metavar="S")
-    p.add_argument("--reconnect-max", type=_positive(float), default=d.reconnect_max, metavar="S")
-    p.add_argument("--poll-wait", type=_positive(float), default=d.poll_wait, metavar="S")
-    p.add_argument("--sse-read-timeout", type=_positive(float), default=d.sse_read_timeout, metavar="S")
-    p.add_argument(
-        "--grace",
-        type=_positive(float),
-        default=d.shutdown_grace,
-        metavar="S",
-        help="on SIGTERM, how long the running handler may still take",
+    _delivery(
+        p,
+        DaemonOptions(),
+        attempts="tries before giving up",
+        grace="on SIGTERM, how long the running handler may still take",
     )
     p.set_defaults(run=run.cmd_daemon)
 
     add("mcp", "serve the mesh tools to an LLM over MCP (stdio)").set_defaults(run=run.cmd_mcp)
+
+    p = add(
+        "agent",
+        "run an LLM (Claude Agent SDK) for every inbox event that needs thought",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=AGENT_EPILOG,
+    )
+    _agent(p)
+    p.set_defaults(run=run.cmd_agent)
     return parser

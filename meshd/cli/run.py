@@ -1,4 +1,5 @@
-"""The long-running commands: ``mesh daemon`` and ``mesh mcp`` (their servers are imported only when run)."""
+"""The long-running commands: ``mesh daemon``, ``mesh mcp`` and ``mesh agent``
+(their servers, and the agent's Claude Agent SDK, are imported only when run)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,25 @@ from meshd.cli.common import EXIT_OK, cli_config, make_client
 from meshd.errors import ConfigError
 from meshd.handlers import CallableHandler, ExecHandler, Handler, load_callable
 from meshd.options import MAX_POLL_WAIT, DaemonOptions
+
+
+def daemon_options(args: argparse.Namespace, *, reply: bool) -> DaemonOptions:
+    """The delivery options ``mesh daemon`` and ``mesh agent`` share."""
+    return DaemonOptions(
+        state_dir=args.state_dir,
+        window=args.window,
+        transport=args.transport,
+        heartbeat_interval=args.heartbeat,
+        reconnect_initial=args.reconnect_initial,
+        reconnect_max=args.reconnect_max,
+        poll_wait=min(args.poll_wait, MAX_POLL_WAIT),
+        sse_read_timeout=args.sse_read_timeout,
+        attempts=args.attempts,
+        retry_initial=args.retry_initial,
+        retry_max=args.retry_max,
+        shutdown_grace=args.grace,
+        reply=reply,
+    )
 
 
 async def cmd_daemon(args: argparse.Namespace) -> int:
@@ -21,21 +41,7 @@ async def cmd_daemon(args: argparse.Namespace) -> int:
             handler = CallableHandler(load_callable(args.handler), name=args.handler)
         except (ImportError, ValueError) as e:
             raise ConfigError(f"--handler {args.handler}: {e}") from e
-    opts = DaemonOptions(
-        state_dir=args.state_dir,
-        window=args.window,
-        transport=args.transport,
-        heartbeat_interval=args.heartbeat,
-        reconnect_initial=args.reconnect_initial,
-        reconnect_max=args.reconnect_max,
-        poll_wait=min(args.poll_wait, MAX_POLL_WAIT),
-        sse_read_timeout=args.sse_read_timeout,
-        attempts=args.attempts,
-        retry_initial=args.retry_initial,
-        retry_max=args.retry_max,
-        shutdown_grace=args.grace,
-        reply=not args.no_reply,
-    )
+    opts = daemon_options(args, reply=not args.no_reply)
     async with make_client(args, max_attempts=5) as client:
         return await Daemon(client, handler, opts).run()
 
@@ -46,3 +52,37 @@ async def cmd_mcp(args: argparse.Namespace) -> int:
     cfg = cli_config(args)
     await serve_stdio(cfg)
     return EXIT_OK
+
+
+async def cmd_agent(args: argparse.Namespace) -> int:
+    from meshd.agent.settings import AgentSettings, RunSettings
+    from meshd.daemon import Daemon
+
+    try:
+        from meshd.agent.runner import AgentRunner
+    except ImportError as e:
+        raise ConfigError(
+            f"`mesh agent` needs the Claude Agent SDK ({e}); install it with "
+            "pip install 'agent-meshd[claude]'"
+        ) from e
+    settings = AgentSettings(
+        state_dir=args.state_dir,
+        workspace=args.workspace,
+        run=RunSettings(
+            max_turns=args.max_turns,
+            max_budget_usd=args.max_budget_usd,
+            timeout=args.timeout,
+            model=args.model,
+            effort=args.effort,
+        ),
+        run_on=frozenset(args.run_on),
+        auto_reply=not args.no_auto_reply,
+        tools=tuple(dict.fromkeys([*args.tools, *args.allow_tool])),
+        extra_dirs=tuple(args.add_dir),
+        history=args.history,
+        cli_path=args.cli_path,
+    )
+    # The runner posts its own replies (with the run's figures in their metadata).
+    opts = daemon_options(args, reply=False)
+    async with make_client(args, max_attempts=5) as client:
+        return await Daemon(client, AgentRunner(settings), opts).run()

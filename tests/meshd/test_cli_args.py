@@ -47,6 +47,21 @@ def test_daemon_needs_exactly_one_handler_and_sane_numbers():
         parse("daemon", "--exec", "x", "--timeout", "0")
 
 
+def test_agent_has_the_daemon_delivery_options_and_its_own_limits():
+    from meshd.agent.settings import AGENT_ATTEMPTS, RunSettings
+    from meshd.options import DaemonOptions
+
+    a = parse("agent", "--max-turns", "3", "--run-on", "task.created, group.message", "--transport", "sse")
+    r = RunSettings()
+    assert (a.max_turns, a.max_budget_usd, a.timeout) == (3, r.max_budget_usd, r.timeout)
+    assert a.run_on == ("task.created", "group.message") and a.transport == "sse"
+    d = DaemonOptions()
+    assert a.attempts == AGENT_ATTEMPTS == 2 and a.window == d.window and a.heartbeat == d.heartbeat_interval
+    assert (a.poll_wait, a.sse_read_timeout, a.grace) == (d.poll_wait, d.sse_read_timeout, d.shutdown_grace)
+    with pytest.raises(SystemExit):
+        parse("agent", "--max-budget-usd", "0")
+
+
 def test_event_line_is_readable():
     e = InboxEvent.from_json(
         {

@@ -1,7 +1,14 @@
 import re
 
 from app.ids import is_valid_id  # the gateway's rule: what it accepts is what we generate
-from meshd.ids import base36, derived_message_id, new_artifact_id, new_message_id, new_task_id
+from meshd.ids import (
+    base36,
+    derived_message_id,
+    derived_task_id,
+    new_artifact_id,
+    new_message_id,
+    new_task_id,
+)
 
 
 def test_message_and_task_ids_follow_the_design_format():
@@ -29,6 +36,12 @@ def test_derived_ids_are_stable_per_key_and_valid():
     assert a == derived_message_id("coder@bob", "e-1-abc", unix_ms=5)
     assert a != derived_message_id("coder@bob", "e-1-abd", unix_ms=5)
     assert re.fullmatch(r"m-coder@bob-5-[0-9a-z]{8}", a) and is_valid_id(a)
+    t = derived_task_id("coder@bob", "e-1-abc/mesh_send_message/1")
+    assert t == derived_task_id("coder@bob", "e-1-abc/mesh_send_message/1")
+    assert t != derived_task_id("coder@bob", "e-1-abc/mesh_send_message/2")
+    assert re.fullmatch(r"t-coder@bob-0-[0-9a-z]{6}", t) and is_valid_id(t)
+    long = derived_task_id("x" * 60 + "@" + "y" * 60, "k")
+    assert is_valid_id(long) and len(long) <= 128
 
 
 def test_base36():

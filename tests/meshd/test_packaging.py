@@ -1,6 +1,8 @@
 """``meshd`` installs on its own: its distribution declares only httpx, httpx-sse, mcp and
 pydantic (its models; mcp brings it anyway), and no module imports anything else
-outside the standard library — in particular not the gateway's ``app``."""
+outside the standard library — in particular not the gateway's ``app``. The one exception is
+``meshd/agent`` (``mesh agent``), which may import its optional ``claude`` extra
+(``tests/meshd/test_agent_packaging.py`` narrows that to the runner and its tools)."""
 
 from __future__ import annotations
 
@@ -12,6 +14,8 @@ from tests.meshd.support import REPO
 
 MESHD = REPO / "meshd"
 ALLOWED = {"meshd", "httpx", "httpx_sse", "mcp", "pydantic"}
+# Optional extras: the sub-package that may import each (meshd/pyproject.toml's optional-dependencies).
+EXTRAS = {"claude_agent_sdk": MESHD / "agent"}
 
 
 def test_distribution_metadata():
@@ -38,4 +42,6 @@ def test_modules_import_only_the_stdlib_and_declared_dependencies():
                 continue
             for name in names:
                 top = name.split(".")[0]
+                if top in EXTRAS and path.is_relative_to(EXTRAS[top]):
+                    continue
                 assert top in sys.stdlib_module_names or top in ALLOWED, f"{path.name}: {name}"

@@ -1,0 +1,351 @@
+"""One Claude Agent SDK run per inbox event: the handler ``mesh agent`` gives the daemon.
+
+The daemon calls :class:`AgentRunner` like any ``--handler`` callable and acks the
+event only after it returned, so a crash mid-run runs the event again; the
+tools' derived message ids keep that re-run from posting twice.
+
+A run ends in one of three ways:
+
+- done: its cost is recorded; if it posted nothing at all and ended with text,
+  that text is the reply on the task it serves (``--no-auto-reply`` turns it off);
+- a limit (max turns, max budget, wall-clock timeout): never retried; the task
+  gets a note naming the limit and the spend and is set ``failed`` if we serve it;
+- an error of the SDK, the CLI or the model API: :class:`HandlerError`, which the
+  daemon retries (``--attempts``) and then gives up on like any handler.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from claude_agent_sdk import (
+    AssistantMessage,
+    ClaudeAgentOptions,
+    ClaudeSDKError,
+    HookMatcher,
+    ResultMessage,
+    SystemMessage,
+    TextBlock,
+    query,
+)
+from claude_agent_sdk import __version__ as sdk_version
+from claude_agent_sdk.types import HookEvent
+
+from meshd.agent.permissions import path_guard
+from meshd.agent.prompt import Teammates, system_prompt, wake_prompt
+from meshd.agent.sessions import RunLog, RunRecord, SessionStore
+from meshd.agent.settings import RISKY_TOOLS, AgentSettings, Policy, RunSettings, default_policy
+from meshd.agent.tools import RunContext, mesh_server, note_part
+from meshd.config import state_root
+from meshd.errors import ConflictError, MeshError, NotFoundError
+from meshd.handlers import HandlerContext, HandlerError, Reply
+from meshd.models import InboxEvent, Task
+from meshd.runner import set_failed
+
+log = logging.getLogger("meshd.agent")
+
+LIMITS = {
+    "error_max_turns": "turn limit",
+    "error_max_budget_usd": "budget limit",
+    "timeout": "time limit",
+}
+# Events that change who the agent may talk to: the teammates summary is rebuilt.
+TEAM_EVENTS = frozenset({"friend.accepted", "friend.request", "group.notice"})
+RUNTIME = f"claude-agent-sdk/{sdk_version}"
+HookSource = Callable[[RunContext], dict[HookEvent, list[HookMatcher]]]
+
+
+@dataclass
+class Outcome:
+    kind: str  # "ok" or a key of LIMITS
+    cost_usd: float
+    turns: int
+    duration_ms: int
+    session_id: str | None
+    text: str
+    session_cost: float | None
+
+
+class AgentRunner:
+    """The daemon handler that runs the model for each event that needs thought."""
+
+    name = "claude-agent"
+
+    def __init__(
+        self, settings: AgentSettings, policy: Policy = default_policy, hooks: HookSource | None = None
+    ) -> None:
+        self.settings = settings
+        self.policy = policy
+        # More SDK hooks per run (verification labels, notes, runaway guards): they are
+        # added after the workspace guard, which always stays first.
+        self.extra_hooks = hooks
+        self._ready = False
+        self.me = ""
+        self.workspace = Path(".")
+        self.extra_dirs: list[Path] = []
+        self.sessions: SessionStore | None = None
+        self.runs: RunLog | None = None
+        self.teammates: Teammates | None = None
+
+    def _setup(self, ctx: HandlerContext) -> None:
+        if self._ready:
+            return
+        self.me = ctx.agent_id
+        folder = self.settings.state_dir or state_root() / ctx.agent_id
+        self.workspace = (self.settings.workspace or folder / "workspace").resolve()
+        self.workspace.mkdir(parents=True, exist_ok=True)
+        self.extra_dirs = [Path(p).resolve() for p in self.settings.extra_dirs]
+        self.sessions = SessionStore(folder)
+        self.runs = RunLog(folder)
+        self.teammates = Teammates(ctx.client, ttl=self.settings.teammates_ttl)
+        self._ready = True
+        log.info("agent runtime %s: workspace %s, runs on %s", RUNTIME, self.workspace,
+                 ", ".join(sorted(self.settings.run_on)))  # fmt: skip
+
+    def wants(self, event: InboxEvent) -> bool:
+        """Whether ``event`` starts a run: configured types, never our own echoes."""
+        return event.type in self.settings.run_on and event.from_agent_id != self.me
+
+    async def __call__(self, event: InboxEvent, ctx: HandlerContext) -> Reply:
+        self._setup(ctx)
+        assert self.teammates is not None
+        if event.type in TEAM_EVENTS:
+            self.teammates.invalidate()
+        if not self.wants(event):
+            log.debug("seq %d (%s) needs no run", event.seq, event.type)
+            return None
+        client = ctx.client
+        task: Task | None = None
+        if event.task_id:
+            try:
+                task = await client.get_task(event.task_id)
+            except NotFoundError:
+                task = None
+            except MeshError as e:
+                raise HandlerError(f"cannot read task {event.task_id}: {e}") from e
+        rs = self.policy(event, self.settings)
+        run = RunContext(client=client, me=self.me, event=event)
+        try:
+            outcome = await self._run(event, task, rs, run)
+        except HandlerError as e:
+            # Recorded too: an errored run may have spent money before it failed.
+            failed = Outcome("error", 0.0, run.turns, int((time.monotonic() - run.started) * 1000),
+                             None, "", None)  # fmt: skip
+            self._record(event, run, failed, False, detail=str(e))
+            raise
+        auto = False
+        if outcome.kind == "ok":
+            auto = await self._auto_reply(event, task, run, outcome)
+        else:
+            await self._limit_note(event, rs, run, outcome)
+        self._record(event, run, outcome, auto)
+        return None
+
+    # -- the SDK run -------------------------------------------------------------
+    def _context_key(self, event: InboxEvent) -> str:
+        return event.context_id or event.task_id or f"event:{event.event_id}"
+
+    async def _options(self, event: InboxEvent, rs: RunSettings, run: RunContext) -> ClaudeAgentOptions:
+        assert self.teammates is not None and self.sessions is not None
+        try:
+            instructions = str((await run.client.me()).get("instructions") or "")
+        except MeshError as e:
+            log.warning("could not read this agent's instructions: %s", e)
+            instructions = ""
+        server, mesh_tools = mesh_server(run)
+        st = self.settings
+        session = self.sessions.get(self._context_key(event))
+        extra = self.extra_dirs
+        opts: dict[str, Any] = {
+            "system_prompt": system_prompt(self.me, str(self.workspace), instructions,
+                                           await self.teammates.summary()),
+            "mcp_servers": {"mesh": server},
+            "strict_mcp_config": True,
+            "tools": list(st.tools),
+            "allowed_tools": [*mesh_tools, *st.tools],
+            "disallowed_tools": [t for t in RISKY_TOOLS if t not in st.tools],
+            "permission_mode": "dontAsk",
+            "hooks": self._hooks(run, extra),
+            "cwd": str(self.workspace),
+            "add_dirs": [str(p) for p in extra],
+            # Project settings in the workspace could add hooks that run commands:
+            # the model can write there, so none are loaded.
+            "setting_sources": [],
+            # The prompt quotes other agents' text: no @file expansion from it.
+            "verbatim_prompts": True,
+            "max_turns": rs.max_turns,
+            "max_budget_usd": rs.max_budget_usd,
+            "model": rs.model,
+            "effort": rs.effort,
+            "thinking": rs.thinking,
+            # The CLI needs no mesh credentials: the tools run in this process.
+            "env": {"MESH_API_KEY": "", "MESH_TOKEN": "", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1"},
+            "stderr": lambda line: log.debug("claude: %s", line),
+            "cli_path": st.cli_path,
+        }
+        if session is not None:
+            opts.update(resume=session.session_id, fork_session=True)
+        return ClaudeAgentOptions(**opts)
+
+    def _hooks(self, run: RunContext, extra: list[Path]) -> dict[HookEvent, list[HookMatcher]]:
+        hooks: dict[HookEvent, list[HookMatcher]] = {
+            "PreToolUse": [HookMatcher(hooks=[path_guard(self.workspace, extra)])]
+        }
+        if self.extra_hooks is not None:
+            for name, matchers in self.extra_hooks(run).items():
+                hooks.setdefault(name, []).extend(matchers)
+        return hooks
+
+    async def _run(self, event: InboxEvent, task: Task | None, rs: RunSettings, run: RunContext) -> Outcome:
+        assert self.sessions is not None
+        st = self.settings
+        prompt = wake_prompt(event, self.me, task, history=st.history, history_chars=st.history_chars)
+        options = await self._options(event, rs, run)
+        prior = self.sessions.get(self._context_key(event))
+        prior_cost = prior.cost_usd if prior else 0.0
+        result: ResultMessage | None = None
+        session_id: str | None = None
+        last_text = ""
+        kind = "ok"
+        log.info("run for seq %d (%s, task %s) starting%s", event.seq, event.type, event.task_id,
+                 " (resuming the context's session)" if prior else "")  # fmt: skip
+        timed_out_at: float | None = None
+        try:
+            async with contextlib.aclosing(query(prompt=prompt, options=options)) as stream:
+                try:
+                    async with asyncio.timeout(rs.timeout):
+                        async for msg in stream:
+                            if isinstance(msg, SystemMessage) and msg.subtype == "init":
+                                session_id = msg.data.get("session_id") or session_id
+                            elif isinstance(msg, AssistantMessage) and msg.parent_tool_use_id is None:
+                                run.turns += 1
+                                texts = [b.text for b in msg.content if isinstance(b, TextBlock) and b.text]
+                                if texts:
+                                    last_text = "\n".join(texts).strip()
+                            elif isinstance(msg, ResultMessage):
+                                result = msg
+                except TimeoutError:
+                    # Noted before the CLI is shut down, which takes a while of its own.
+                    timed_out_at = time.monotonic()
+                    kind = "timeout"
+        except ClaudeSDKError as e:
+            # After a limit result the SDK raises too; a result, when there is one, is what counts.
+            if result is None or (result.is_error and result.subtype not in LIMITS):
+                raise HandlerError(f"the agent run failed: {e}") from e
+            log.debug("SDK error after the run's result (ignored): %s", e)
+        if result is not None and kind == "ok":
+            if result.subtype in LIMITS:
+                kind = result.subtype
+            elif result.is_error:
+                detail = "; ".join(result.errors or []) or result.result or result.subtype
+                status = f" (model API status {result.api_error_status})" if result.api_error_status else ""
+                raise HandlerError(f"the agent run failed{status}: {detail}")
+        elif result is None and kind == "ok":
+            raise HandlerError("the agent run ended without a result")
+        total = result.total_cost_usd if result and result.total_cost_usd is not None else None
+        cost = max(0.0, (total or prior_cost) - prior_cost)
+        session_id = (result.session_id if result else None) or session_id
+        ended = timed_out_at or time.monotonic()
+        duration = result.duration_ms if result else int((ended - run.started) * 1000)
+        turns = result.num_turns if result else run.turns
+        if session_id:
+            kept = total if total is not None else prior_cost
+            self.sessions.put(self._context_key(event), session_id, kept)
+        if result is not None and kind == "ok" and result.result:
+            last_text = result.result.strip() or last_text
+        return Outcome(kind, cost, turns, duration, session_id, last_text, total)
+
+    # -- after the run --------------------------------------------------------------
+    def _final_metadata(self, event: InboxEvent, outcome: Outcome, **extra: Any) -> dict[str, Any]:
+        return {
+            "mesh_run": {
+                "runtime": RUNTIME,
+                "event_id": event.event_id,
+                "outcome": outcome.kind,
+                "cost_usd": round(outcome.cost_usd, 6),
+                "turns": outcome.turns,
+                "duration_ms": outcome.duration_ms,
+                **extra,
+            }
+        }
+
+    async def _auto_reply(
+        self, event: InboxEvent, task: Task | None, run: RunContext, outcome: Outcome
+    ) -> bool:
+        # Only on a task someone asked of us: an initiator's runtime that answered
+        # every reply automatically would chat with the other runtime forever.
+        if not self.settings.auto_reply or run.posted or not outcome.text or task is None:
+            return False
+        if task.serving_agent != self.me or event.type not in ("task.created", "task.message"):
+            return False
+        try:
+            await run.client.reply(
+                task.task_id,
+                outcome.text,
+                message_id=run.message_id(f"{event.event_id}/auto-reply"),
+                metadata=self._final_metadata(event, outcome, auto_reply=True),
+            )
+        except ConflictError as e:
+            log.warning("auto-reply on task %s not stored: %s", task.task_id, e)
+            return False
+        return True
+
+    async def _limit_note(
+        self, event: InboxEvent, rs: RunSettings, run: RunContext, outcome: Outcome
+    ) -> None:
+        limit = {
+            "error_max_turns": f"turn limit (--max-turns {rs.max_turns})",
+            "error_max_budget_usd": f"budget limit (--max-budget-usd {rs.max_budget_usd:g})",
+            "timeout": f"time limit (--timeout {rs.timeout:g} s)",
+        }[outcome.kind]
+        spent = (
+            f"${outcome.cost_usd:.4f} spent"
+            if outcome.session_cost is not None
+            else "spend not reported (the run was cut off before the model API's usage was totalled)"
+        )
+        note = (
+            f"Stopped: the agent run for this message hit its {limit} after {outcome.turns} turns, "
+            f"{spent} in {outcome.duration_ms / 1000:.1f} s. It is not retried."
+        )
+        log.warning("run for seq %d: %s", event.seq, note)
+        if not event.task_id:
+            return
+        client = run.client
+        parts = [note_part(note, self._final_metadata(event, outcome, limit=limit))]
+        mid = run.message_id(f"{event.event_id}/limit")
+        try:
+            task = await client.get_task(event.task_id)
+            if task.terminal:
+                return
+            if task.serving_agent == self.me:
+                await set_failed(client, task, parts=parts, message_id=mid)
+                log.info("task %s set to failed (%s)", task.task_id, limit)
+            else:
+                await client.reply(task.task_id, parts=parts, message_id=mid)
+        except MeshError as e:
+            log.warning("could not report the %s on task %s: %s", limit, event.task_id, e)
+
+    def _record(
+        self, event: InboxEvent, run: RunContext, outcome: Outcome, auto: bool, detail: str = ""
+    ) -> None:
+        assert self.runs is not None
+        rec = RunRecord(
+            event_id=event.event_id, seq=event.seq, event_type=event.type, task_id=event.task_id,
+            context_id=event.context_id, outcome=outcome.kind, cost_usd=round(outcome.cost_usd, 6),
+            turns=outcome.turns, duration_ms=outcome.duration_ms, session_id=outcome.session_id,
+            posted=run.posted + int(auto), auto_reply=auto, detail=detail[:500],
+        )  # fmt: skip
+        totals = self.runs.add(rec)
+        log.info(
+            "run for seq %d done: outcome=%s turns=%d cost_usd=%.6f duration_ms=%d posted=%d "
+            "auto_reply=%s (total: %d runs, $%.4f)",
+            event.seq, outcome.kind, outcome.turns, outcome.cost_usd, outcome.duration_ms,
+            rec.posted, auto, totals.get("runs", 0), totals.get("cost_usd", 0.0),
+        )  # fmt: skip

@@ -1,0 +1,225 @@
+"""The mesh tools one run offers its model: an in-process MCP server named ``mesh``.
+
+The model sees them as ``mcp__mesh__mesh_*``. They are built per run because a
+run's writes carry ids derived from the event and the call (the n-th
+``mesh_reply`` of the run for event E always has the same message id), so a run
+repeated after a crash posts nothing twice: the gateway stores a message id once.
+``mesh_check_inbox`` is not offered: the daemon owns the cursor.
+See docs/decisions/011-agent-runtime.md for why in-process rather than ``mesh mcp``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from claude_agent_sdk import SdkMcpTool, create_sdk_mcp_server, tool
+from claude_agent_sdk.types import McpSdkServerConfig
+
+from meshd.client import MeshClient
+from meshd.errors import ConflictError, MeshError
+from meshd.ids import derived_message_id, derived_task_id
+from meshd.mcp_server import explain, task_brief
+from meshd.models import InboxEvent, Part, text_part
+from meshd.task_states import STATES, TRANSITIONS
+
+SERVER = "mesh"
+# Moves the serving agent makes from `working` but not straight from `submitted`.
+NEEDS_WORKING = TRANSITIONS["working"] - TRANSITIONS["submitted"]
+
+
+def note_part(text: str, metadata: dict[str, Any]) -> Part:
+    """A text part carrying the run's figures in its metadata."""
+    return {**text_part(text), "metadata": metadata}
+
+
+@dataclass
+class RunContext:
+    """What the tools of one run share with the runner."""
+
+    client: MeshClient
+    me: str
+    event: InboxEvent
+    started: float = field(default_factory=time.monotonic)
+    turns: int = 0
+    calls: Counter[str] = field(default_factory=Counter)
+    # Task ids this run wrote a message on (a reply or a status note).
+    posted_on: set[str] = field(default_factory=set)
+    posted: int = 0
+
+    def key(self, tool_name: str) -> str:
+        self.calls[tool_name] += 1
+        return f"{self.event.event_id}/{tool_name}/{self.calls[tool_name]}"
+
+    def message_id(self, key: str) -> str:
+        return derived_message_id(self.me, key)
+
+    def metadata(self) -> dict[str, Any]:
+        # Figures so far: a message posted mid-run cannot know the run's final cost.
+        return {
+            "mesh_run": {
+                "runtime": "claude-agent-sdk",
+                "event_id": self.event.event_id,
+                "turns_so_far": self.turns,
+                "elapsed_ms": int((time.monotonic() - self.started) * 1000),
+            }
+        }
+
+
+def _ok(data: Any) -> dict[str, Any]:
+    return {"content": [{"type": "text", "text": json.dumps(data, ensure_ascii=False, default=str)}]}
+
+
+def _err(text: str) -> dict[str, Any]:
+    return {"content": [{"type": "text", "text": text}], "is_error": True}
+
+
+def _obj(props: dict[str, Any], required: list[str]) -> dict[str, Any]:
+    return {"type": "object", "properties": props, "required": required}
+
+
+_S = {"type": "string"}
+_DATA = {"type": "object", "description": "Optional structured data, sent as a data part"}
+
+
+def build_tools(run: RunContext) -> list[SdkMcpTool[Any]]:
+    c = run.client
+
+    async def guarded(name: str, coro: Any) -> dict[str, Any]:
+        try:
+            return _ok(await coro)
+        except MeshError as e:
+            return _err(explain(e, name))
+        except ValueError as e:
+            return _err(f"Invalid input: {e}")
+
+    @tool("mesh_whoami", "Who you are on the mesh: your agent_id, description and status.", _obj({}, []))
+    async def whoami(args: dict[str, Any]) -> dict[str, Any]:
+        return await guarded("mesh_whoami", c.me())
+
+    @tool("mesh_list_friends", "Your friends (agents you may message) and pending requests.", _obj({}, []))
+    async def friends(args: dict[str, Any]) -> dict[str, Any]:
+        return await guarded("mesh_list_friends", c.friends())
+
+    @tool("mesh_list_groups", "The groups you belong to (you may message any member).", _obj({}, []))
+    async def groups(args: dict[str, Any]) -> dict[str, Any]:
+        async def run_() -> Any:
+            return {"groups": await c.groups()}
+
+        return await guarded("mesh_list_groups", run_())
+
+    @tool("mesh_get_roster", "The members of one of your groups.", _obj({"group_id": _S}, ["group_id"]))
+    async def roster(args: dict[str, Any]) -> dict[str, Any]:
+        return await guarded("mesh_get_roster", c.roster(str(args.get("group_id", ""))))
+
+    @tool("mesh_get_agent_card", "Another agent's card: what it does and its skills.",
+          _obj({"agent_id": _S}, ["agent_id"]))  # fmt: skip
+    async def card(args: dict[str, Any]) -> dict[str, Any]:
+        return await guarded("mesh_get_agent_card", c.card(str(args.get("agent_id", ""))))
+
+    @tool("mesh_get_task", "A task with its state, every message and artifacts.",
+          _obj({"task_id": _S}, ["task_id"]))  # fmt: skip
+    async def get_task(args: dict[str, Any]) -> dict[str, Any]:
+        async def run_() -> Any:
+            return task_brief(await c.get_task(str(args.get("task_id", ""))))
+
+        return await guarded("mesh_get_task", run_())
+
+    @tool(
+        "mesh_send_message",
+        "Ask another agent for something: opens a new task with your message. Pass context_id to keep "
+        "the conversation together. The answer arrives in a later run; end this run after sending.",
+        _obj({"to_agent_id": _S, "text": _S, "context_id": _S, "data": _DATA}, ["to_agent_id", "text"]),
+    )
+    async def send(args: dict[str, Any]) -> dict[str, Any]:
+        key = run.key("mesh_send_message")
+
+        async def run_() -> Any:
+            task = await c.send(
+                str(args.get("to_agent_id", "")),
+                str(args.get("text", "")),
+                data=args.get("data") if isinstance(args.get("data"), dict) else None,
+                context_id=args.get("context_id") or run.event.context_id,
+                task_id=derived_task_id(run.me, key),
+                message_id=run.message_id(key),
+                metadata=run.metadata(),
+            )
+            run.posted += 1
+            return {"task_id": task.task_id, "context_id": task.context_id, "state": task.state,
+                    "serving_agent": task.serving_agent}  # fmt: skip
+
+        return await guarded("mesh_send_message", run_())
+
+    @tool(
+        "mesh_reply",
+        "Answer on an existing task: adds a message the other agent receives.",
+        _obj({"task_id": _S, "text": _S, "data": _DATA}, ["task_id", "text"]),
+    )
+    async def reply(args: dict[str, Any]) -> dict[str, Any]:
+        key = run.key("mesh_reply")
+        task_id = str(args.get("task_id", ""))
+        mid = run.message_id(key)
+
+        async def run_() -> Any:
+            try:
+                await c.reply(
+                    task_id,
+                    str(args.get("text", "")),
+                    data=args.get("data") if isinstance(args.get("data"), dict) else None,
+                    message_id=mid,
+                    metadata=run.metadata(),
+                )
+            except ConflictError:
+                # A re-run after a crash may word the reply differently: the id is
+                # then stored with the first wording, which is the one that counts.
+                task = await c.get_task(task_id)
+                if not any(m.message_id == mid for m in task.messages):
+                    raise
+            run.posted += 1
+            run.posted_on.add(task_id)
+            return {"task_id": task_id, "message_id": mid, "sent": True}
+
+        return await guarded("mesh_reply", run_())
+
+    @tool(
+        "mesh_set_task_status",
+        "Move a task to another state. As its serving agent: working, then completed when answered, "
+        "failed (with the reason in message) or input-required (with your question). Either side may "
+        "cancel.",
+        _obj({"task_id": _S, "state": {"type": "string", "enum": list(STATES)}, "message": _S},
+             ["task_id", "state"]),
+    )  # fmt: skip
+    async def set_status(args: dict[str, Any]) -> dict[str, Any]:
+        key = run.key("mesh_set_task_status")
+        task_id = str(args.get("task_id", ""))
+        state = str(args.get("state", ""))
+        note = args.get("message")
+        parts = [note_part(str(note), run.metadata())] if note else None
+
+        async def run_() -> Any:
+            try:
+                out = await c.set_status(task_id, state, parts=parts, message_id=run.message_id(key))
+            except ConflictError:
+                # The serving agent goes through `working`; spare the model a round trip.
+                task = await c.get_task(task_id)
+                if state not in NEEDS_WORKING or task.state != "submitted":
+                    raise
+                await c.set_status(task_id, "working")
+                out = await c.set_status(task_id, state, parts=parts, message_id=run.message_id(key))
+            if note:
+                run.posted += 1
+                run.posted_on.add(task_id)
+            return {"task_id": task_id, "state": out.get("state", state)}
+
+        return await guarded("mesh_set_task_status", run_())
+
+    return [whoami, friends, groups, roster, card, get_task, send, reply, set_status]
+
+
+def mesh_server(run: RunContext) -> tuple[McpSdkServerConfig, list[str]]:
+    """The server for one run, and the names to pre-approve (``mcp__mesh__…``)."""
+    tools = build_tools(run)
+    return create_sdk_mcp_server(SERVER, tools=tools), [f"mcp__{SERVER}__{t.name}" for t in tools]
