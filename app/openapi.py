@@ -88,18 +88,24 @@ def _successes(meta: dict[str, Any], schemas: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _model_link(part: dict[str, Any]) -> str:
+    ref = part.get("content", {}).get("application/json", {}).get("schema", {}).get("$ref", "")
+    model = ref.rsplit("/", 1)[-1]
+    return f'<a href="#{model}">{model}</a>' if model else ""
+
+
 def render_html(spec: dict[str, Any]) -> str:
     rows = []
     for path, ops in spec["paths"].items():
         for method, op in ops.items():
-            body = op.get("requestBody", {}).get("content", {}).get("application/json", {})
-            ref = body.get("schema", {}).get("$ref", "")
-            model = ref.rsplit("/", 1)[-1] if ref else ""
+            body = _model_link(op.get("requestBody", {}))
+            returns = " ".join(f"{status} {_model_link(r)}".strip()
+                               for status, r in op["responses"].items() if status != "default")
             auth = "bearer" if op.get("security") else "none"
             rows.append(
                 f"<tr><td><code>{method.upper()}</code></td><td><code>{html.escape(path)}</code>"
-                f"</td><td>{html.escape(op['summary'])}</td><td>"
-                + (f'<a href="#{model}">{model}</a>' if model else "") + f"</td><td>{auth}</td></tr>")
+                f"</td><td>{html.escape(op['summary'])}</td><td>{body}</td><td>{returns}</td>"
+                f"<td>{auth}</td></tr>")
     models = []
     for name, schema in sorted(spec["components"]["schemas"].items()):
         models.append(f'<h3 id="{name}">{name}</h3><pre>'
@@ -112,5 +118,6 @@ def render_html(spec: dict[str, Any]) -> str:
         f"<h1>{html.escape(spec['info']['title'])} {html.escape(spec['info']['version'])}</h1>"
         f"<p>{html.escape(spec['info']['description'])} Machine-readable: "
         "<a href='/openapi.json'>/openapi.json</a>.</p>"
-        "<table><tr><th>method</th><th>path</th><th>what</th><th>body</th><th>auth</th></tr>"
+        "<table><tr><th>method</th><th>path</th><th>what</th><th>body</th><th>returns</th>"
+        "<th>auth</th></tr>"
         + "".join(rows) + "</table><h2>Schemas</h2>" + "".join(models) + "</body></html>")

@@ -26,6 +26,7 @@ from app.inbox_hub import InboxHub
 from app.services import accounts
 from app.services.principals import Agent, Owner
 from app.settings import Settings
+from app.writes import Wakeup
 
 M = TypeVar("M", bound=BaseModel)
 BIGINT_MAX = 2**63 - 1  # seqs are Postgres bigints
@@ -38,7 +39,9 @@ class State:
     redis: aioredis.Redis
     hub: InboxHub
     ratelimiter: Any = None
-    wakeup: Any = None
+    # The coalescing RelayWakeup of this web process, handed to every write's unit
+    # of work (app.writes); None makes each write NOTIFY the relay itself.
+    wakeup: Wakeup | None = None
 
 
 def state(request: Request) -> State:
