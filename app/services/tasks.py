@@ -255,9 +255,9 @@ async def change_status(pool: asyncpg.Pool, settings: Settings, me: Agent, task_
                                    metadata=body.message.metadata)
     try:
         async with writes(pool, topic=settings.bus_topic, wakeup=wakeup) as tx:
-            # Locked, so two tries of the same change run one after the other: the
-            # second sees the first's result and is answered as a replay.
-            task = await _task_for(tx.conn, me.agent_id, task_id, for_update=True)
+            # Not locked: the compare-and-set below decides races. A try that loses
+            # one to an earlier try of this very change is answered as a replay.
+            task = await _task_for(tx.conn, me.agent_id, task_id)
             await _replay_status(tx.conn, me, task, body.state, message_id, fingerprint)
             side = side_of(me.agent_id, task["initiator"], task["serving_agent"])
             task_states.check_transition(task["state"], body.state, side)  # type: ignore[arg-type]
@@ -266,15 +266,17 @@ async def change_status(pool: asyncpg.Pool, settings: Settings, me: Agent, task_
                 assert message_id is not None and fingerprint is not None
                 if await tasks_store.get_message(tx.conn, message_id) is not None:
                     raise message_id_reused(message_id)
-                row = await _insert_message(tx, me, task, message_id, parts,
-                                            body.message.metadata, fingerprint, emit=False)
+                try:
+                    row = await _insert_message(tx, me, task, message_id, parts,
+                                                body.message.metadata, fingerprint, emit=False)
+                except Replay:  # a concurrent try of this change stored the message first
+                    raise await _lost_race(tx.conn, me, task, body.state, message_id,
+                                           fingerprint) from None
                 message = MessageOut.of(row).wire()
             updated = await tasks_store.compare_and_set_state(
                 tx.conn, task_id, task["state"], body.state, message, set_by=me.agent_id)
             if updated is None:
-                current = await tasks_store.get(tx.conn, task_id)
-                raise task_states.raise_lost_race(task["state"],
-                                                  current["state"] if current else "?")
+                raise await _lost_race(tx.conn, me, task, body.state, message_id, fingerprint)
             out = TaskOut.of(updated)
             # The other side may have been deleted: the task can still be closed.
             await _emit(tx, NewEvent(
@@ -286,6 +288,16 @@ async def change_status(pool: asyncpg.Pool, settings: Settings, me: Agent, task_
             return out
     except Replay as replay:
         return replay.result  # type: ignore[return-value]
+
+
+async def _lost_race(conn: asyncpg.Connection, me: Agent, task: asyncpg.Record, state: str,
+                     message_id: str | None, fingerprint: str | None) -> Exception:
+    """The task moved after it was read: a replay if the move was this very change
+    (an earlier try of it committed first), else the 409 of a lost race."""
+    current = await tasks_store.get(conn, task["task_id"])
+    if current is not None:
+        await _replay_status(conn, me, current, state, message_id, fingerprint)
+    return task_states.raise_lost_race(task["state"], current["state"] if current else "?")
 
 
 async def _replay_status(conn: asyncpg.Connection, me: Agent, task: asyncpg.Record, state: str,
