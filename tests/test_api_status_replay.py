@@ -90,16 +90,19 @@ async def test_another_agents_state_or_another_state_stays_a_409(mesh, db: async
 
 async def test_concurrent_tries_of_one_change_commit_once(mesh, db: asyncpg.Pool) -> None:
     """A client that retries before its first try answered: one transition, one
-    event, and every try gets the same 200."""
+    event, and every try gets the same 200 — with and without a message, many times
+    (the tries interleave differently each round)."""
     a, b = await mesh.pair()
-    task_id = (await a.send(b.agent_id, "race"))["task_id"]
-    ok(await move(b, task_id, "working"))
-    change = {"state": "input-required",
-              "message": text_message("which file?", message_id=f"m-{task_id}-q")}
-    before = await _rows(db, a, task_id)
-    answers = await asyncio.gather(*(b.post(f"/v1/mesh/tasks/{task_id}/status", change)
-                                     for _ in range(5)))
-    assert [r.status_code for r in answers] == [200] * 5, [r.text for r in answers]
-    assert len({r.text for r in answers}) == 1
-    inbox, outbox, messages = await _rows(db, a, task_id)
-    assert (inbox, outbox, messages) == (before[0] + 1, before[1] + 1, before[2] + 1)
+    for round_ in range(6):
+        task_id = (await a.send(b.agent_id, f"race {round_}"))["task_id"]
+        ok(await move(b, task_id, "working"))
+        change: dict = {"state": "input-required"}
+        if round_ % 2 == 0:
+            change["message"] = text_message("which file?", message_id=f"m-{task_id}-q")
+        before = await _rows(db, a, task_id)
+        answers = await asyncio.gather(*(b.post(f"/v1/mesh/tasks/{task_id}/status", change)
+                                         for _ in range(5)))
+        assert [r.status_code for r in answers] == [200] * 5, [r.text for r in answers]
+        assert len({r.text for r in answers}) == 1
+        added = 1 if "message" in change else 0
+        assert await _rows(db, a, task_id) == (before[0] + 1, before[1] + 1, before[2] + added)

@@ -264,7 +264,12 @@ async def change_status(pool: asyncpg.Pool, settings: Settings, me: Agent, task_
             message: dict[str, Any] | None = None
             if body.message is not None:
                 assert message_id is not None and fingerprint is not None
-                if await tasks_store.get_message(tx.conn, message_id) is not None:
+                existing = await tasks_store.get_message(tx.conn, message_id)
+                if same_request(existing, fingerprint, by=me.agent_id):
+                    # An earlier try of this change committed since the task was read.
+                    raise await _lost_race(tx.conn, me, task, body.state, message_id,
+                                           fingerprint)
+                if existing is not None:
                     raise message_id_reused(message_id)
                 try:
                     row = await _insert_message(tx, me, task, message_id, parts,
@@ -276,7 +281,10 @@ async def change_status(pool: asyncpg.Pool, settings: Settings, me: Agent, task_
             updated = await tasks_store.compare_and_set_state(
                 tx.conn, task_id, task["state"], body.state, message, set_by=me.agent_id)
             if updated is None:
-                raise await _lost_race(tx.conn, me, task, body.state, message_id, fingerprint)
+                # With a message we stored ourselves, the winner carried another
+                # message_id (the same one would have collided above): not a repeat.
+                raise await _lost_race(tx.conn, me, task, body.state, message_id, fingerprint,
+                                       replayable=message is None)
             out = TaskOut.of(updated)
             # The other side may have been deleted: the task can still be closed.
             await _emit(tx, NewEvent(
@@ -291,11 +299,12 @@ async def change_status(pool: asyncpg.Pool, settings: Settings, me: Agent, task_
 
 
 async def _lost_race(conn: asyncpg.Connection, me: Agent, task: asyncpg.Record, state: str,
-                     message_id: str | None, fingerprint: str | None) -> Exception:
+                     message_id: str | None, fingerprint: str | None, *,
+                     replayable: bool = True) -> Exception:
     """The task moved after it was read: a replay if the move was this very change
     (an earlier try of it committed first), else the 409 of a lost race."""
     current = await tasks_store.get(conn, task["task_id"])
-    if current is not None:
+    if current is not None and replayable:
         await _replay_status(conn, me, current, state, message_id, fingerprint)
     return task_states.raise_lost_race(task["state"], current["state"] if current else "?")
 
