@@ -11,8 +11,11 @@ outbox changed and, only once the transaction has committed, wakes the relay:
   connection, outside the transaction (a NOTIFY inside it would serialise commits
   on Postgres's notification lock — see app.relay_wakeup).
 
+Other effects that must follow a commit (telling open streams a key was
+revoked) are registered with ``tx.after_commit(effect)`` and run the same way.
 A transaction that rolls back (an error, a :class:`app.services.replay.Replay`)
-wakes nothing. A wake-up that fails after the commit is logged, never raised:
+wakes nothing and runs no effect. A wake-up or effect that fails after the commit is
+logged, never raised:
 the write is durable, and the relay's sweep is the safety net.
 """
 
@@ -20,7 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, Protocol
 
 import asyncpg
@@ -31,11 +34,14 @@ from app.store.events import NewEvent, RecipientMissing
 
 log = logging.getLogger("mesh.writes")
 
-__all__ = ["NewEvent", "RecipientMissing", "Wakeup", "Writes", "writes"]
+__all__ = ["Effect", "NewEvent", "RecipientMissing", "Wakeup", "Writes", "writes"]
 
 
 class Wakeup(Protocol):
     def wake(self) -> None: ...
+
+
+Effect = Callable[[], Awaitable[None]]
 
 
 class Writes:
@@ -45,6 +51,7 @@ class Writes:
         self.conn = conn
         self.topic = topic
         self.outbox_changed = False
+        self.effects: list[Effect] = []
 
     async def append(self, events: Sequence[NewEvent], *, skip_missing: bool = False,
                      message_id: str | None = None) -> list[dict[str, Any]]:
@@ -61,6 +68,11 @@ class Writes:
         """Outbox rows were put back to pending (an admin retry): the relay must look."""
         self.outbox_changed = True
 
+    def after_commit(self, effect: Effect) -> None:
+        """Run ``effect`` once this transaction has committed (never on a rollback),
+        e.g. telling open streams that a key was revoked."""
+        self.effects.append(effect)
+
 
 @contextlib.asynccontextmanager
 async def writes(pool: asyncpg.Pool, *, topic: str | None = None,
@@ -70,10 +82,17 @@ async def writes(pool: asyncpg.Pool, *, topic: str | None = None,
         async with conn.transaction():
             yield tx
         if tx.outbox_changed:
-            await _after_commit(conn, wakeup)
+            await _wake(conn, wakeup)
+    # Outside the connection: an effect (a Redis publish) need not hold one.
+    for effect in tx.effects:
+        try:
+            await effect()
+        except Exception as exc:  # the write is durable: a failed effect must not undo a 2xx
+            log.warning("an after-commit effect failed (%s: %s); the write stands",
+                        type(exc).__name__, exc)
 
 
-async def _after_commit(conn: asyncpg.Connection, wakeup: Wakeup | None) -> None:
+async def _wake(conn: asyncpg.Connection, wakeup: Wakeup | None) -> None:
     if wakeup is not None:
         wakeup.wake()
         return

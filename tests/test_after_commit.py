@@ -113,6 +113,26 @@ async def test_admin_dead_letter_retry_wakes_the_relay(quiet: Settings, pool: as
             assert event["task_id"] == big["task_id"] and event["type"] == "task.created"
 
 
+async def test_effects_run_after_the_commit_and_never_after_a_rollback(
+        pool: asyncpg.Pool) -> None:
+    seen: list[int] = []
+
+    async def count_users() -> None:  # on another connection: sees only what committed
+        seen.append(int(await pool.fetchval("SELECT count(*) FROM users WHERE username = 'uow'")))
+
+    with pytest.raises(RuntimeError):
+        async with writes_module.writes(pool) as tx:
+            await tx.conn.execute("INSERT INTO users (username, password_hash) VALUES ('uow', 'x')")
+            tx.after_commit(count_users)
+            raise RuntimeError("rolled back")
+    assert seen == []
+    async with writes_module.writes(pool) as tx:
+        await tx.conn.execute("INSERT INTO users (username, password_hash) VALUES ('uow', 'x')")
+        tx.after_commit(count_users)
+        assert seen == []
+    assert seen == [1]
+
+
 def test_events_are_appended_only_through_the_unit_of_work() -> None:
     """``events_store.append`` has one caller, app.writes: a new code path cannot
     write events without the after-commit wake-up."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -61,8 +63,8 @@ async def patch_agent(request: Request) -> Response:
 async def delete_agent(request: Request) -> Response:
     me = await owner(request)
     s = state(request)
-    await accounts.delete_agent(s.pool, me, request.path_params["agent_id"])
-    await publish_auth_change(s.redis, request.path_params["agent_id"])
+    await accounts.delete_agent(s.pool, me, request.path_params["agent_id"],
+                                auth_changed=functools.partial(publish_auth_change, s.redis))
     return Response(status_code=204)
 
 
@@ -88,8 +90,8 @@ async def revoke_key(request: Request) -> Response:
     me = await owner(request)
     s = state(request)
     await accounts.revoke_key(s.pool, me, request.path_params["agent_id"],
-                              request.path_params["key_id"])
-    await publish_auth_change(s.redis, request.path_params["agent_id"])
+                              request.path_params["key_id"],
+                              auth_changed=functools.partial(publish_auth_change, s.redis))
     return Response(status_code=204)
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import functools
+from collections.abc import Awaitable, Callable
 
 import asyncpg
 
@@ -15,6 +17,10 @@ from app.settings import Settings
 from app.store import agents as agents_store
 from app.store import keys as keys_store
 from app.store import users as users_store
+from app.writes import writes
+
+# Told which agent's credentials changed, after the change committed.
+AuthChanged = Callable[[str], Awaitable[None]]
 
 
 async def register(pool: asyncpg.Pool, settings: Settings, username: str,
@@ -133,11 +139,16 @@ async def patch_agent(pool: asyncpg.Pool, owner: Owner, agent_id: str,
     return AgentOut.of(row)
 
 
-async def delete_agent(pool: asyncpg.Pool, owner: Owner, agent_id: str) -> None:
-    row = await owned_agent(pool, owner, agent_id)
-    if row["kind"] == "virtual-user":
-        raise conflict("the virtual-user agent stands for you and cannot be deleted")
-    await agents_store.delete(pool, agent_id, owner.user_id)
+async def delete_agent(pool: asyncpg.Pool, owner: Owner, agent_id: str, *,
+                       auth_changed: AuthChanged | None = None) -> None:
+    """``auth_changed(agent_id)`` runs after the commit (open streams end at once)."""
+    async with writes(pool) as tx:
+        row = await owned_agent(tx.conn, owner, agent_id)
+        if row["kind"] == "virtual-user":
+            raise conflict("the virtual-user agent stands for you and cannot be deleted")
+        await agents_store.delete(tx.conn, agent_id, owner.user_id)
+        if auth_changed is not None:
+            tx.after_commit(functools.partial(auth_changed, agent_id))
 
 
 async def create_key(pool: asyncpg.Pool, owner: Owner, agent_id: str) -> NewKey:
@@ -153,10 +164,15 @@ async def list_keys(pool: asyncpg.Pool, owner: Owner, agent_id: str) -> list[Key
     return [KeyInfo.of(r) for r in await keys_store.list_for_agent(pool, agent_id)]
 
 
-async def revoke_key(pool: asyncpg.Pool, owner: Owner, agent_id: str, key_id: str) -> None:
-    await owned_agent(pool, owner, agent_id)
-    if not await keys_store.revoke(pool, agent_id, key_id):
-        raise not_found(f"no key '{key_id}' on agent '{agent_id}'")
+async def revoke_key(pool: asyncpg.Pool, owner: Owner, agent_id: str, key_id: str, *,
+                     auth_changed: AuthChanged | None = None) -> None:
+    """``auth_changed(agent_id)`` runs after the commit (open streams re-check at once)."""
+    async with writes(pool) as tx:
+        await owned_agent(tx.conn, owner, agent_id)
+        if not await keys_store.revoke(tx.conn, agent_id, key_id):
+            raise not_found(f"no key '{key_id}' on agent '{agent_id}'")
+        if auth_changed is not None:
+            tx.after_commit(functools.partial(auth_changed, agent_id))
 
 
 async def list_agents(pool: asyncpg.Pool, owner: Owner) -> AgentList:
