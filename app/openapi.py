@@ -8,6 +8,8 @@ import json
 import re
 from typing import Any
 
+from pydantic import BaseModel
+from pydantic.json_schema import JsonSchemaMode
 from starlette.routing import BaseRoute, Route
 
 from app.errors import PROBLEM_JSON
@@ -30,12 +32,10 @@ def build(routes: list[BaseRoute], *, title: str, version: str) -> dict[str, Any
                 "tags": [meta["tag"]],
                 "operationId": f"{method.lower()}_{route.endpoint.__module__.rsplit('.', 1)[-1]}"
                                f"_{route.endpoint.__name__}",
-                "responses": {
-                    str(meta["status"]): {"description": "success"},
-                    "default": {"description": "error",
-                                "content": {PROBLEM_JSON: {"schema": {"$ref":
-                                            "#/components/schemas/Problem"}}}},
-                },
+                "responses": {**_successes(meta, schemas),
+                              "default": {"description": "error",
+                                          "content": {PROBLEM_JSON: {"schema": {"$ref":
+                                                      "#/components/schemas/Problem"}}}}},
             }
             params = [{"name": n, "in": "path", "required": True, "schema": {"type": "string"}}
                       for n in _PARAM.findall(route.path)]
@@ -45,11 +45,8 @@ def build(routes: list[BaseRoute], *, title: str, version: str) -> dict[str, Any
                 op["security"] = [{"bearer": []}]
             model = meta["body"]
             if model is not None:
-                schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
-                schemas.update(schema.pop("$defs", {}))
-                schemas[model.__name__] = schema
                 op["requestBody"] = {"required": True, "content": {"application/json": {
-                    "schema": {"$ref": f"#/components/schemas/{model.__name__}"}}}}
+                    "schema": _component(model, schemas, "validation")}}}
             paths.setdefault(route.path, {})[method.lower()] = op
     schemas["Problem"] = {
         "type": "object",
@@ -68,18 +65,47 @@ def build(routes: list[BaseRoute], *, title: str, version: str) -> dict[str, Any
     }
 
 
+def _component(model: type[BaseModel], schemas: dict[str, Any],
+               mode: JsonSchemaMode) -> dict[str, str]:
+    """Register ``model`` (and the models it uses) under components; return its $ref."""
+    schema = model.model_json_schema(ref_template="#/components/schemas/{model}", mode=mode)
+    schemas.update(schema.pop("$defs", {}))
+    schemas[model.__name__] = schema
+    return {"$ref": f"#/components/schemas/{model.__name__}"}
+
+
+def _successes(meta: dict[str, Any], schemas: dict[str, Any]) -> dict[str, Any]:
+    success: dict[str, Any] = {"description": "success"}
+    if meta["response"] is not None:
+        success["content"] = {"application/json": {
+            "schema": _component(meta["response"], schemas, "serialization")}}
+    elif meta["media"] is not None:
+        success["content"] = {meta["media"]: {"schema": {"type": "string"}}}
+    out = {str(meta["status"]): success}
+    if meta["replay_status"] is not None:
+        out[str(meta["replay_status"])] = {**success,
+                                           "description": "an idempotent retry: the stored record"}
+    return out
+
+
+def _model_link(part: dict[str, Any]) -> str:
+    ref = part.get("content", {}).get("application/json", {}).get("schema", {}).get("$ref", "")
+    model = ref.rsplit("/", 1)[-1]
+    return f'<a href="#{model}">{model}</a>' if model else ""
+
+
 def render_html(spec: dict[str, Any]) -> str:
     rows = []
     for path, ops in spec["paths"].items():
         for method, op in ops.items():
-            body = op.get("requestBody", {}).get("content", {}).get("application/json", {})
-            ref = body.get("schema", {}).get("$ref", "")
-            model = ref.rsplit("/", 1)[-1] if ref else ""
+            body = _model_link(op.get("requestBody", {}))
+            returns = " ".join(f"{status} {_model_link(r)}".strip()
+                               for status, r in op["responses"].items() if status != "default")
             auth = "bearer" if op.get("security") else "none"
             rows.append(
                 f"<tr><td><code>{method.upper()}</code></td><td><code>{html.escape(path)}</code>"
-                f"</td><td>{html.escape(op['summary'])}</td><td>"
-                + (f'<a href="#{model}">{model}</a>' if model else "") + f"</td><td>{auth}</td></tr>")
+                f"</td><td>{html.escape(op['summary'])}</td><td>{body}</td><td>{returns}</td>"
+                f"<td>{auth}</td></tr>")
     models = []
     for name, schema in sorted(spec["components"]["schemas"].items()):
         models.append(f'<h3 id="{name}">{name}</h3><pre>'
@@ -92,5 +118,6 @@ def render_html(spec: dict[str, Any]) -> str:
         f"<h1>{html.escape(spec['info']['title'])} {html.escape(spec['info']['version'])}</h1>"
         f"<p>{html.escape(spec['info']['description'])} Machine-readable: "
         "<a href='/openapi.json'>/openapi.json</a>.</p>"
-        "<table><tr><th>method</th><th>path</th><th>what</th><th>body</th><th>auth</th></tr>"
+        "<table><tr><th>method</th><th>path</th><th>what</th><th>body</th><th>returns</th>"
+        "<th>auth</th></tr>"
         + "".join(rows) + "</table><h2>Schemas</h2>" + "".join(models) + "</body></html>")

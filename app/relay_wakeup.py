@@ -7,6 +7,9 @@ a NOTIFY for everything committed since its previous one. Under load that is a
 handful of NOTIFYs a second instead of one per send; when idle it is one per
 send, a few hundred microseconds after the commit. If the process dies in
 between, the relay's 1 s sweep picks the rows up.
+
+Nothing calls :meth:`RelayWakeup.wake` by hand: the write unit of work
+(app.writes) does, after each commit that appended events or re-queued rows.
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ from pydantic import (
     model_validator,
 )
 
+from app.domain.task_states import TaskState
 from app.ids import ID_PATTERN, NAME_PATTERN, USERNAME_PATTERN
 
 Id = Annotated[str, StringConstraints(pattern=ID_PATTERN)]
@@ -152,10 +153,6 @@ class TaskCreate(Strict):
     message: MessageIn
     task_id: Id | None = None
     context_id: Id | None = None
-
-
-TaskState = Literal["submitted", "working", "input-required", "auth-required",
-                    "completed", "failed", "canceled", "rejected"]
 
 
 class StatusChange(Strict):

@@ -39,6 +39,7 @@ from app.settings import Settings
 from app.store import agents as agents_store
 from app.store import outbox as outbox_store
 from app.store import tasks as tasks_store
+from app.writes import writes
 
 log = logging.getLogger("mesh.cron")
 
@@ -100,7 +101,6 @@ async def time_out_tasks(pool: asyncpg.Pool, settings: Settings, *,
         if len(candidates) < batch:
             break
     if moved:
-        await outbox_store.wake_relay(pool)  # the task.timeout events, now rather than at the sweep
         log.info("cron: %d task(s) idle for %d s failed by timeout", len(moved),
                  settings.task_timeout_seconds)
     return moved
@@ -108,11 +108,13 @@ async def time_out_tasks(pool: asyncpg.Pool, settings: Settings, *,
 
 async def _time_out_one(pool: asyncpg.Pool, settings: Settings, task_id: str,
                         cutoff: datetime) -> bool:
-    async with pool.acquire() as conn, conn.transaction():
-        task = await tasks_store.get(conn, task_id, for_update=True)
+    # writes() wakes the relay once this commits: the task.timeout events go out
+    # now, not at the relay's next sweep.
+    async with writes(pool, topic=settings.bus_topic) as tx:
+        task = await tasks_store.get(tx.conn, task_id, for_update=True)
         if task is None or task["state"] not in OPEN or task["updated_at"] >= cutoff:
             return False  # another cron process got it, or it saw activity meanwhile
-        return await tasks_service.time_out(conn, settings, task) is not None
+        return await tasks_service.time_out(tx, settings, task) is not None
 
 
 # --- outbox retention ----------------------------------------------------------------

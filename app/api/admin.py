@@ -8,18 +8,19 @@ from starlette.routing import Route
 
 from app.api.deps import admin, doc, int_query, json, state
 from app.errors import Problem
+from app.responses import DeadLetters, OutboxOverview, RetriedAll, RetriedOne
 from app.services import admin as admin_service
 
 
 @doc("Outbox rows by status (pending, sent, failed) and the age of the oldest pending one",
-     auth="admin", tag="admin")
+     response=OutboxOverview, auth="admin", tag="admin")
 async def outbox(request: Request) -> Response:
     await admin(request)
     return json(await admin_service.outbox_overview(state(request).pool))
 
 
 @doc("Dead letters (failed outbox rows) with their errors, oldest first; page with "
-     "?after_id=<next_after_id>&limit=", auth="admin", tag="admin")
+     "?after_id=<next_after_id>&limit=", response=DeadLetters, auth="admin", tag="admin")
 async def dead_letters(request: Request) -> Response:
     await admin(request)
     after_id = int_query(request, "after_id", default=0, minimum=0)
@@ -30,7 +31,7 @@ async def dead_letters(request: Request) -> Response:
 
 
 @doc("Retry one dead letter: back to pending with a fresh attempt budget, relay woken",
-     auth="admin", tag="admin")
+     response=RetriedOne, auth="admin", tag="admin")
 async def retry_one(request: Request) -> Response:
     await admin(request)
     raw = request.path_params["row_id"]
@@ -38,13 +39,16 @@ async def retry_one(request: Request) -> Response:
         row_id = int(raw)
     except ValueError:
         raise Problem(422, f"an outbox row id is an integer, got '{raw}'") from None
-    return json(await admin_service.retry_one(state(request).pool, row_id))
+    s = state(request)
+    return json(await admin_service.retry_one(s.pool, row_id, wakeup=s.wakeup))
 
 
-@doc("Retry every dead letter (back to pending, relay woken)", auth="admin", tag="admin")
+@doc("Retry every dead letter (back to pending, relay woken)", response=RetriedAll,
+     auth="admin", tag="admin")
 async def retry_all(request: Request) -> Response:
     await admin(request)
-    return json(await admin_service.retry_all(state(request).pool))
+    s = state(request)
+    return json(await admin_service.retry_all(s.pool, wakeup=s.wakeup))
 
 
 routes = [

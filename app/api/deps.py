@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import functools
 import math
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -27,6 +26,7 @@ from app.inbox_hub import InboxHub
 from app.services import accounts
 from app.services.principals import Agent, Owner
 from app.settings import Settings
+from app.writes import Wakeup
 
 M = TypeVar("M", bound=BaseModel)
 BIGINT_MAX = 2**63 - 1  # seqs are Postgres bigints
@@ -39,7 +39,9 @@ class State:
     redis: aioredis.Redis
     hub: InboxHub
     ratelimiter: Any = None
-    wakeup: Any = None
+    # The coalescing RelayWakeup of this web process, handed to every write's unit
+    # of work (app.writes); None makes each write NOTIFY the relay itself.
+    wakeup: Wakeup | None = None
 
 
 def state(request: Request) -> State:
@@ -170,6 +172,9 @@ async def agent(request: Request) -> Agent:
 
 
 def json(data: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    """A JSON response; a response model (app.responses) is serialized by its own rules."""
+    if isinstance(data, BaseModel):
+        data = data.model_dump(mode="json")
     return JSONResponse(data, status_code=status, headers=headers)
 
 
@@ -204,25 +209,19 @@ def float_query(request: Request, name: str, *, default: float, minimum: float,
     return value
 
 
-def emits_events(handler: Callable[[Request], Awaitable[Response]],
-                 ) -> Callable[[Request], Awaitable[Response]]:
-    """Mark a handler whose success committed inbox events: wake the relay now
-    (coalesced, after the commit) rather than at its next sweep."""
-    @functools.wraps(handler)
-    async def wrapper(request: Request) -> Response:
-        response = await handler(request)
-        wakeup = state(request).wakeup
-        if response.status_code < 300 and wakeup is not None:
-            wakeup.wake()
-        return response
-    return wrapper
+def doc(summary: str, *, body: type[BaseModel] | None = None,
+        response: type[BaseModel] | None = None, media: str | None = None,
+        auth: str | None = None, status: int = 200, replay_status: int | None = None,
+        tag: str = "mesh") -> Callable[[Any], Any]:
+    """Attach OpenAPI facts to a handler; app.openapi collects them.
 
-
-def doc(summary: str, *, body: type[BaseModel] | None = None, auth: str | None = None,
-        status: int = 200, tag: str = "mesh") -> Callable[[Any], Any]:
-    """Attach OpenAPI facts to a handler; app.openapi collects them."""
+    ``response`` is the JSON body of a success (an app.responses model); ``media``
+    names a success body that is not JSON (SSE); neither, with ``status=204``,
+    means no body. ``replay_status`` documents the answer to an idempotent retry
+    (200 for a create that was already done), with the same body."""
     def mark(fn: Any) -> Any:
-        fn.__mesh_doc__ = {"summary": summary, "body": body, "auth": auth, "status": status,
-                           "tag": tag}
+        fn.__mesh_doc__ = {"summary": summary, "body": body, "response": response,
+                           "media": media, "auth": auth, "status": status,
+                           "replay_status": replay_status, "tag": tag}
         return fn
     return mark

@@ -6,66 +6,77 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from app.api.deps import agent, body, doc, emits_events, json, state
+from app.api.deps import agent, body, doc, json, state
+from app.responses import (
+    AgentCard,
+    AgentOut,
+    FriendRequestOut,
+    Friends,
+    GroupWithMembers,
+    MemberGroups,
+    Presence,
+)
 from app.schemas import FriendRequestCreate
 from app.services import presence, social
 from app.store import agents as agents_store
 
 
-@doc("Heartbeat: mark the agent active (a draining agent stays draining)", auth="agent")
+@doc("Heartbeat: mark the agent active (a draining agent stays draining)", response=Presence,
+     auth="agent")
 async def heartbeat(request: Request) -> Response:
     me = await agent(request)
     return json(await presence.heartbeat(state(request).pool, me))
 
 
-@doc("Come online: active again, also after draining", auth="agent")
+@doc("Come online: active again, also after draining", response=Presence, auth="agent")
 async def online(request: Request) -> Response:
     me = await agent(request)
     return json(await presence.go_online(state(request).pool, me))
 
 
-@doc("Go offline gracefully: the agent is draining", auth="agent")
+@doc("Go offline gracefully: the agent is draining", response=Presence, auth="agent")
 async def offline(request: Request) -> Response:
     me = await agent(request)
     return json(await presence.go_draining(state(request).pool, me))
 
 
-@doc("Who am I: the calling agent's profile, presence and inbox cursor", auth="agent")
+@doc("Who am I: the calling agent's profile, presence and inbox cursor", response=AgentOut,
+     auth="agent")
 async def me(request: Request) -> Response:
     who = await agent(request)
     row = await agents_store.get(state(request).pool, who.agent_id)
     assert row is not None
-    return json(agents_store.to_json(row))
+    return json(AgentOut.of(row))
 
 
-@doc("Friends (explicit and implicit) and pending friend requests", auth="agent")
+@doc("Friends (explicit and implicit) and pending friend requests", response=Friends,
+     auth="agent")
 async def friends(request: Request) -> Response:
     who = await agent(request)
     return json(await social.list_friends(state(request).pool, who))
 
 
 @doc("Send a friend request (accepts theirs if they already asked you)",
-     body=FriendRequestCreate, auth="agent", status=201)
-@emits_events
+     body=FriendRequestCreate, response=FriendRequestOut, auth="agent", status=201,
+     replay_status=200)
 async def friend_request(request: Request) -> Response:
     who = await agent(request)
     data = await body(request, FriendRequestCreate)
     s = state(request)
     result, created = await social.request_friend(s.pool, s.settings, who, data.to_agent_id,
-                                                  data.note)
+                                                  data.note, wakeup=s.wakeup)
     return json(result, 201 if created else 200)
 
 
-@doc("Accept a friend request sent to you", auth="agent")
-@emits_events
+@doc("Accept a friend request sent to you", response=FriendRequestOut, auth="agent")
 async def friend_accept(request: Request) -> Response:
     who = await agent(request)
     s = state(request)
     return json(await social.accept_friend(s.pool, s.settings, who,
-                                           request.path_params["request_id"]))
+                                           request.path_params["request_id"], wakeup=s.wakeup))
 
 
-@doc("Reject a friend request sent to you", auth="agent")
+@doc("Reject a friend request sent to you", response=FriendRequestOut, auth="agent")
 async def friend_reject(request: Request) -> Response:
     who = await agent(request)
     return json(await social.reject_friend(state(request).pool, who,
@@ -79,19 +90,20 @@ async def friend_remove(request: Request) -> Response:
     return Response(status_code=204)
 
 
-@doc("Groups the agent is a member of", auth="agent")
+@doc("Groups the agent is a member of", response=MemberGroups, auth="agent")
 async def groups(request: Request) -> Response:
     who = await agent(request)
-    return json({"groups": await social.agent_groups(state(request).pool, who)})
+    return json(MemberGroups(groups=await social.agent_groups(state(request).pool, who)))
 
 
-@doc("Members of a group the agent belongs to", auth="agent")
+@doc("Members of a group the agent belongs to", response=GroupWithMembers, auth="agent")
 async def roster(request: Request) -> Response:
     who = await agent(request)
     return json(await social.roster(state(request).pool, who, request.path_params["group_id"]))
 
 
-@doc("An agent's A2A-style card (only for agents you may talk to)", auth="agent")
+@doc("An agent's A2A-style card (only for agents you may talk to)", response=AgentCard,
+     auth="agent")
 async def card(request: Request) -> Response:
     who = await agent(request)
     return json(await social.agent_card(state(request).pool, who, request.path_params["agent_id"]))

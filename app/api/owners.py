@@ -2,42 +2,55 @@
 
 from __future__ import annotations
 
+import functools
+
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from app.api.deps import body, doc, emits_events, json, owner, state
+from app.api.deps import body, doc, json, owner, state
 from app.inbox_hub import publish_auth_change
+from app.responses import (
+    AgentList,
+    AgentOut,
+    FriendRequestOut,
+    Friends,
+    GroupWithMembers,
+    KeyList,
+    Membership,
+    NewKey,
+    OwnedGroup,
+    OwnedGroups,
+)
 from app.schemas import AgentCreate, AgentPatch, FriendRequestCreate, GroupCreate, GroupMemberAdd
 from app.services import accounts, social
 from app.services.principals import Agent
-from app.store import agents as agents_store
 
 
-@doc("Create an agent; its agent_id is {name}@{username}", body=AgentCreate, auth="owner",
-     status=201, tag="owners")
+@doc("Create an agent; its agent_id is {name}@{username}", body=AgentCreate,
+     response=AgentOut, auth="owner", status=201, tag="owners")
 async def create_agent(request: Request) -> Response:
     me = await owner(request)
     data = await body(request, AgentCreate)
     return json(await accounts.create_agent(state(request).pool, me, data), 201)
 
 
-@doc("List your agents (including your virtual-user agent)", auth="owner", tag="owners")
+@doc("List your agents (including your virtual-user agent)", response=AgentList,
+     auth="owner", tag="owners")
 async def list_agents(request: Request) -> Response:
     me = await owner(request)
-    rows = await agents_store.list_owned(state(request).pool, me.user_id)
-    return json({"agents": [agents_store.to_json(r) for r in rows]})
+    return json(await accounts.list_agents(state(request).pool, me))
 
 
-@doc("Get one of your agents", auth="owner", tag="owners")
+@doc("Get one of your agents", response=AgentOut, auth="owner", tag="owners")
 async def get_agent(request: Request) -> Response:
     me = await owner(request)
     row = await accounts.owned_agent(state(request).pool, me, request.path_params["agent_id"])
-    return json(agents_store.to_json(row))
+    return json(AgentOut.of(row))
 
 
-@doc("Change an agent's display name, description or skills", body=AgentPatch, auth="owner",
-     tag="owners")
+@doc("Change an agent's display name, description or skills", body=AgentPatch,
+     response=AgentOut, auth="owner", tag="owners")
 async def patch_agent(request: Request) -> Response:
     me = await owner(request)
     data = await body(request, AgentPatch)
@@ -50,24 +63,25 @@ async def patch_agent(request: Request) -> Response:
 async def delete_agent(request: Request) -> Response:
     me = await owner(request)
     s = state(request)
-    await accounts.delete_agent(s.pool, me, request.path_params["agent_id"])
-    await publish_auth_change(s.redis, request.path_params["agent_id"])
+    await accounts.delete_agent(s.pool, me, request.path_params["agent_id"],
+                                auth_changed=functools.partial(publish_auth_change, s.redis))
     return Response(status_code=204)
 
 
-@doc("Create an API key for an agent; the key is shown only in this response", auth="owner",
-     status=201, tag="owners")
+@doc("Create an API key for an agent; the key is shown only in this response",
+     response=NewKey, auth="owner", status=201, tag="owners")
 async def create_key(request: Request) -> Response:
     me = await owner(request)
     return json(await accounts.create_key(state(request).pool, me,
                                           request.path_params["agent_id"]), 201)
 
 
-@doc("List an agent's API keys (ids and dates, never the keys)", auth="owner", tag="owners")
+@doc("List an agent's API keys (ids and dates, never the keys)", response=KeyList,
+     auth="owner", tag="owners")
 async def list_keys(request: Request) -> Response:
     me = await owner(request)
     keys = await accounts.list_keys(state(request).pool, me, request.path_params["agent_id"])
-    return json({"keys": keys})
+    return json(KeyList(keys=keys))
 
 
 @doc("Revoke an API key; tokens issued from it stop working at once", auth="owner", status=204,
@@ -76,8 +90,8 @@ async def revoke_key(request: Request) -> Response:
     me = await owner(request)
     s = state(request)
     await accounts.revoke_key(s.pool, me, request.path_params["agent_id"],
-                              request.path_params["key_id"])
-    await publish_auth_change(s.redis, request.path_params["agent_id"])
+                              request.path_params["key_id"],
+                              auth_changed=functools.partial(publish_auth_change, s.redis))
     return Response(status_code=204)
 
 
@@ -87,34 +101,35 @@ async def _acting_agent(request: Request) -> Agent:
     return Agent(row["agent_id"], me.user_id, row["kind"])
 
 
-@doc("List an agent's friends and pending requests, on its behalf", auth="owner", tag="owners")
+@doc("List an agent's friends and pending requests, on its behalf", response=Friends,
+     auth="owner", tag="owners")
 async def agent_friends(request: Request) -> Response:
     acting = await _acting_agent(request)
     return json(await social.list_friends(state(request).pool, acting))
 
 
 @doc("Send a friend request on behalf of one of your agents", body=FriendRequestCreate,
-     auth="owner", status=201, tag="owners")
-@emits_events
+     response=FriendRequestOut, auth="owner", status=201, replay_status=200, tag="owners")
 async def agent_friend_request(request: Request) -> Response:
     acting = await _acting_agent(request)
     data = await body(request, FriendRequestCreate)
     s = state(request)
     result, created = await social.request_friend(s.pool, s.settings, acting, data.to_agent_id,
-                                                  data.note)
+                                                  data.note, wakeup=s.wakeup)
     return json(result, 201 if created else 200)
 
 
-@doc("Accept a friend request on behalf of one of your agents", auth="owner", tag="owners")
-@emits_events
+@doc("Accept a friend request on behalf of one of your agents", response=FriendRequestOut,
+     auth="owner", tag="owners")
 async def agent_friend_accept(request: Request) -> Response:
     acting = await _acting_agent(request)
     s = state(request)
     return json(await social.accept_friend(s.pool, s.settings, acting,
-                                           request.path_params["request_id"]))
+                                           request.path_params["request_id"], wakeup=s.wakeup))
 
 
-@doc("Reject a friend request on behalf of one of your agents", auth="owner", tag="owners")
+@doc("Reject a friend request on behalf of one of your agents", response=FriendRequestOut,
+     auth="owner", tag="owners")
 async def agent_friend_reject(request: Request) -> Response:
     acting = await _acting_agent(request)
     return json(await social.reject_friend(state(request).pool, acting,
@@ -128,54 +143,55 @@ async def agent_friend_remove(request: Request) -> Response:
     return Response(status_code=204)
 
 
-@doc("Create a group", body=GroupCreate, auth="owner", status=201, tag="groups")
+@doc("Create a group", body=GroupCreate, response=OwnedGroup, auth="owner", status=201,
+     tag="groups")
 async def create_group(request: Request) -> Response:
     me = await owner(request)
     data = await body(request, GroupCreate)
     return json(await social.create_group(state(request).pool, me, data.group_id, data.name), 201)
 
 
-@doc("List the groups you own", auth="owner", tag="groups")
+@doc("List the groups you own", response=OwnedGroups, auth="owner", tag="groups")
 async def list_groups(request: Request) -> Response:
     me = await owner(request)
-    return json({"groups": await social.owner_groups(state(request).pool, me)})
+    return json(OwnedGroups(groups=await social.owner_groups(state(request).pool, me)))
 
 
-@doc("Get a group you own with its members", auth="owner", tag="groups")
+@doc("Get a group you own with its members", response=GroupWithMembers, auth="owner",
+     tag="groups")
 async def get_group(request: Request) -> Response:
     me = await owner(request)
     return json(await social.owner_group(state(request).pool, me, request.path_params["group_id"]))
 
 
 @doc("Delete a group you own", auth="owner", status=204, tag="groups")
-@emits_events
 async def delete_group(request: Request) -> Response:
     me = await owner(request)
     s = state(request)
-    await social.delete_group(s.pool, s.settings, me, request.path_params["group_id"])
+    await social.delete_group(s.pool, s.settings, me, request.path_params["group_id"],
+                              wakeup=s.wakeup)
     return Response(status_code=204)
 
 
 @doc("Add an agent to a group (yours, or another owner's that is a friend of one of yours)",
-     body=GroupMemberAdd, auth="owner", status=201, tag="groups")
-@emits_events
+     body=GroupMemberAdd, response=Membership, auth="owner", status=201, replay_status=200,
+     tag="groups")
 async def add_member(request: Request) -> Response:
     me = await owner(request)
     data = await body(request, GroupMemberAdd)
     s = state(request)
     result, created = await social.add_member(s.pool, s.settings, me,
                                               request.path_params["group_id"], data.agent_id,
-                                              data.role)
+                                              data.role, wakeup=s.wakeup)
     return json(result, 201 if created else 200)
 
 
 @doc("Remove an agent from a group", auth="owner", status=204, tag="groups")
-@emits_events
 async def remove_member(request: Request) -> Response:
     me = await owner(request)
     s = state(request)
     await social.remove_member(s.pool, s.settings, me, request.path_params["group_id"],
-                               request.path_params["agent_id"])
+                               request.path_params["agent_id"], wakeup=s.wakeup)
     return Response(status_code=204)
 
 

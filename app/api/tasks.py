@@ -6,34 +6,34 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from app.api.deps import agent, body, doc, emits_events, int_query, json, state
+from app.api.deps import agent, body, doc, int_query, json, state
 from app.domain.task_states import STATES
 from app.errors import Problem
 from app.ids import is_valid_id
+from app.responses import ArtifactOut, MessageOut, TaskDetail, TaskOut, TaskPage, TaskWithMessage
 from app.schemas import ArtifactIn, MessageIn, StatusChange, TaskCreate
 from app.services import tasks
 
 
 @doc("Create a task for a friend or group peer, with its first message", body=TaskCreate,
-     auth="agent", status=201, tag="tasks")
-@emits_events
+     response=TaskWithMessage, auth="agent", status=201, replay_status=200, tag="tasks")
 async def create_task(request: Request) -> Response:
     me = await agent(request)
     data = await body(request, TaskCreate)
     s = state(request)
-    result, created = await tasks.create_task(s.pool, s.settings, me, data)
+    result, created = await tasks.create_task(s.pool, s.settings, me, data, wakeup=s.wakeup)
     return json(result, 201 if created else 200)
 
 
 @doc("A task you take part in, with its messages (and their receipts) and artifacts",
-     auth="agent", tag="tasks")
+     response=TaskDetail, auth="agent", tag="tasks")
 async def get_task(request: Request) -> Response:
     me = await agent(request)
     return json(await tasks.get_task(state(request).pool, me, request.path_params["task_id"]))
 
 
 @doc("Tasks you take part in, newest first; filter by state and context_id", auth="agent",
-     tag="tasks")
+     response=TaskPage, tag="tasks")
 async def list_tasks(request: Request) -> Response:
     me = await agent(request)
     q = request.query_params
@@ -51,37 +51,39 @@ async def list_tasks(request: Request) -> Response:
 
 
 @doc("Add a message to a task (idempotent by message_id)", body=MessageIn, auth="agent",
-     status=201, tag="tasks")
-@emits_events
+     response=MessageOut, status=201, replay_status=200, tag="tasks")
 async def add_message(request: Request) -> Response:
     me = await agent(request)
     data = await body(request, MessageIn)
     s = state(request)
     result, created = await tasks.append_message(s.pool, s.settings, me,
-                                                 request.path_params["task_id"], data)
+                                                 request.path_params["task_id"], data,
+                                                 wakeup=s.wakeup)
     return json(result, 201 if created else 200)
 
 
-@doc("Move a task to another state (compare-and-set; an illegal move is 409)",
-     body=StatusChange, auth="agent", tag="tasks")
-@emits_events
+@doc("Move a task to another state (compare-and-set; an illegal move is 409, a repeat of "
+     "the caller's own move that already took effect is answered again with 200)",
+     body=StatusChange, response=TaskOut, auth="agent", tag="tasks")
 async def set_status(request: Request) -> Response:
     me = await agent(request)
     data = await body(request, StatusChange)
     s = state(request)
     return json(await tasks.change_status(s.pool, s.settings, me,
-                                          request.path_params["task_id"], data))
+                                          request.path_params["task_id"], data,
+                                          wakeup=s.wakeup))
 
 
 @doc("Attach an artifact to a task (serving agent only; idempotent by artifact_id)",
-     body=ArtifactIn, auth="agent", status=201, tag="tasks")
-@emits_events
+     body=ArtifactIn, response=ArtifactOut, auth="agent", status=201, replay_status=200,
+     tag="tasks")
 async def add_artifact(request: Request) -> Response:
     me = await agent(request)
     data = await body(request, ArtifactIn)
     s = state(request)
     result, created = await tasks.add_artifact(s.pool, s.settings, me,
-                                               request.path_params["task_id"], data)
+                                               request.path_params["task_id"], data,
+                                               wakeup=s.wakeup)
     return json(result, 201 if created else 200)
 
 

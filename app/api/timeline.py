@@ -9,11 +9,12 @@ from starlette.routing import Route
 from app.api.deps import doc, int_query, json, owner, state
 from app.errors import Problem
 from app.ids import is_valid_id
+from app.responses import Timeline
 from app.services import timeline
 
 
 @doc("Message history of a context, oldest first, across tasks your agents take part in "
-     "(?limit=, default 200)", auth="owner", tag="owners")
+     "(?limit=, default 200)", response=Timeline, auth="owner", tag="owners")
 async def context_timeline(request: Request) -> Response:
     me = await owner(request)
     context_id = request.path_params["context_id"]

@@ -19,11 +19,21 @@ class Relationship:
     both_exist: bool = True
 
 
+VIRTUAL_USER = "virtual-user"
+
+
+def implicitly_friends(*, same_owner: bool, either_virtual_user: bool) -> bool:
+    """The owner's human stand-in (its virtual-user agent) is implicitly a friend
+    of the owner's own agents: no friendship row, no request needed. The only
+    statement of this rule; the friends list (app.services.social) asks it too."""
+    return same_owner and either_virtual_user
+
+
 def can_communicate(rel: Relationship) -> bool:
     if rel.friends or rel.shares_group:
         return True
-    # The owner's human stand-in is implicitly a friend of the owner's own agents.
-    return rel.same_owner and rel.either_virtual_user
+    return implicitly_friends(same_owner=rel.same_owner,
+                              either_virtual_user=rel.either_virtual_user)
 
 
 def is_participant(agent_id: str, initiator: str, serving_agent: str) -> bool:

@@ -7,15 +7,20 @@ serving agent's. Applying a transition is a compare-and-set in the store
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, get_args
 
 from app.errors import Problem, conflict, forbidden
 
 Side = Literal["initiator", "serving"]
 
+# The one list of states; request validation (app.schemas) and the sets below
+# are derived from it. meshd keeps a copy pinned to these names by a test.
+TaskState = Literal["submitted", "working", "input-required", "auth-required",
+                    "completed", "failed", "canceled", "rejected"]
+STATES: frozenset[str] = frozenset(get_args(TaskState))
 TERMINAL = frozenset({"completed", "failed", "canceled", "rejected"})
-OPEN = frozenset({"submitted", "working", "input-required", "auth-required"})
-STATES = TERMINAL | OPEN
+OPEN = STATES - TERMINAL
+INITIAL = "submitted"
 
 TRANSITIONS: dict[str, frozenset[str]] = {
     "submitted": frozenset({"working", "canceled", "rejected"}),
@@ -30,6 +35,7 @@ TRANSITIONS: dict[str, frozenset[str]] = {
 
 
 def is_terminal(state: str) -> bool:
+    """Terminal states take no new messages, artifacts or transitions."""
     return state in TERMINAL
 
 
@@ -48,6 +54,14 @@ def check_transition(current: str, new: str, side: Side) -> None:
     if new != "canceled" and side != "serving":
         raise forbidden(f"only the serving agent may set state '{new}'; "
                         "the initiator may only cancel")
+
+
+def is_repeat(current: str, new: str, *, set_by: str | None, caller: str) -> bool:
+    """Whether moving to ``new`` repeats the change that put the task where it is:
+    the task is already in ``new`` and ``caller`` made that move. (No legal move
+    keeps the state, so such a request is otherwise a 409.) A repeat is answered
+    like the original success and changes nothing (idempotent retries)."""
+    return current == new and set_by is not None and set_by == caller
 
 
 def check_accepts_messages(state: str) -> None:

@@ -3,22 +3,28 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+import functools
+from collections.abc import Awaitable, Callable
 
 import asyncpg
 
 from app import ids, security
 from app.errors import Problem, conflict, forbidden, not_found, unauthorized
+from app.responses import AgentList, AgentOut, AgentToken, KeyInfo, NewKey, OwnerToken, Registered
 from app.schemas import AgentCreate, AgentPatch
 from app.services.principals import Agent, Owner
 from app.settings import Settings
 from app.store import agents as agents_store
 from app.store import keys as keys_store
 from app.store import users as users_store
+from app.writes import writes
+
+# Told which agent's credentials changed, after the change committed.
+AuthChanged = Callable[[str], Awaitable[None]]
 
 
 async def register(pool: asyncpg.Pool, settings: Settings, username: str,
-                   password: str) -> dict[str, Any]:
+                   password: str) -> Registered:
     if not settings.registration_enabled:
         raise forbidden("registration is disabled on this mesh; ask its operator for an account")
     # argon2 is deliberately slow (~0.5 s): off the event loop, or every stream
@@ -34,29 +40,28 @@ async def register(pool: asyncpg.Pool, settings: Settings, username: str,
             owner_id=user["user_id"], name=ids.VIRTUAL_USER_NAME, display_name=username,
             description=f"{username}, the human owner", skills=[], kind="virtual-user")
         assert human is not None
-    return {"username": username, "is_admin": user["is_admin"],
-            "virtual_agent_id": human["agent_id"], "created_at": user["created_at"].isoformat()}
+    return Registered.of(user, virtual_agent_id=human["agent_id"])
 
 
 async def login(pool: asyncpg.Pool, settings: Settings, username: str,
-                password: str) -> dict[str, Any]:
+                password: str) -> OwnerToken:
     user = await users_store.by_username(pool, username)
     if not await asyncio.to_thread(security.verify_password,
                                    user["password_hash"] if user else None, password):
         raise unauthorized("wrong username or password")
     assert user is not None
     token, ttl = security.issue_token(settings, "owner", str(user["user_id"]))
-    return {"access_token": token, "token_type": "bearer", "expires_in": ttl}
+    return OwnerToken(access_token=token, token_type="bearer", expires_in=ttl)
 
 
-async def exchange_api_key(pool: asyncpg.Pool, settings: Settings, api_key: str) -> dict[str, Any]:
+async def exchange_api_key(pool: asyncpg.Pool, settings: Settings, api_key: str) -> AgentToken:
     key_id = security.parse_api_key(api_key)
     row = await keys_store.for_exchange(pool, key_id) if key_id else None
     if row is None or not security.api_key_matches(api_key, row["key_hash"]):
         raise unauthorized("unknown or revoked API key")
     token, ttl = security.issue_token(settings, "agent", row["agent_id"], key_id=row["key_id"])
-    return {"access_token": token, "token_type": "bearer", "expires_in": ttl,
-            "agent_id": row["agent_id"]}
+    return AgentToken(access_token=token, token_type="bearer", expires_in=ttl,
+                      agent_id=row["agent_id"])
 
 
 async def resolve(pool: asyncpg.Pool, settings: Settings, token: str) -> Owner | Agent:
@@ -100,7 +105,7 @@ async def virtual_user_of(pool: asyncpg.Pool, owner: Owner) -> Agent:
 
 # --- agents --------------------------------------------------------------------------
 
-async def create_agent(pool: asyncpg.Pool, owner: Owner, body: AgentCreate) -> dict[str, Any]:
+async def create_agent(pool: asyncpg.Pool, owner: Owner, body: AgentCreate) -> AgentOut:
     if body.name == ids.VIRTUAL_USER_NAME:
         raise conflict(f"the name '{ids.VIRTUAL_USER_NAME}' is reserved for your "
                        "virtual-user agent")
@@ -112,7 +117,7 @@ async def create_agent(pool: asyncpg.Pool, owner: Owner, body: AgentCreate) -> d
         instructions=body.instructions or "")
     if row is None:
         raise conflict(f"you already have an agent named '{body.name}' ({agent_id})")
-    return agents_store.to_json(row)
+    return AgentOut.of(row)
 
 
 async def owned_agent(pool: asyncpg.Pool | asyncpg.Connection, owner: Owner,
@@ -124,43 +129,55 @@ async def owned_agent(pool: asyncpg.Pool | asyncpg.Connection, owner: Owner,
 
 
 async def patch_agent(pool: asyncpg.Pool, owner: Owner, agent_id: str,
-                      body: AgentPatch) -> dict[str, Any]:
+                      body: AgentPatch) -> AgentOut:
     changes = body.model_dump(exclude_unset=True)
     if "skills" in changes:
         changes["skills"] = [s.model_dump(exclude_none=True) for s in body.skills or []]
     changes = {k: v for k, v in changes.items() if v is not None}
     if not changes:
-        return agents_store.to_json(await owned_agent(pool, owner, agent_id))
+        return AgentOut.of(await owned_agent(pool, owner, agent_id))
     row = await agents_store.patch(pool, agent_id, owner.user_id, changes)
     if row is None:
         raise not_found(f"no agent '{agent_id}' owned by you")
-    return agents_store.to_json(row)
+    return AgentOut.of(row)
 
 
-async def delete_agent(pool: asyncpg.Pool, owner: Owner, agent_id: str) -> None:
-    row = await owned_agent(pool, owner, agent_id)
-    if row["kind"] == "virtual-user":
-        raise conflict("the virtual-user agent stands for you and cannot be deleted")
-    await agents_store.delete(pool, agent_id, owner.user_id)
+async def delete_agent(pool: asyncpg.Pool, owner: Owner, agent_id: str, *,
+                       auth_changed: AuthChanged | None = None) -> None:
+    """``auth_changed(agent_id)`` runs after the commit (open streams end at once)."""
+    async with writes(pool) as tx:
+        row = await owned_agent(tx.conn, owner, agent_id)
+        if row["kind"] == "virtual-user":
+            raise conflict("the virtual-user agent stands for you and cannot be deleted")
+        await agents_store.delete(tx.conn, agent_id, owner.user_id)
+        if auth_changed is not None:
+            tx.after_commit(functools.partial(auth_changed, agent_id))
 
 
-async def create_key(pool: asyncpg.Pool, owner: Owner, agent_id: str) -> dict[str, Any]:
+async def create_key(pool: asyncpg.Pool, owner: Owner, agent_id: str) -> NewKey:
     await owned_agent(pool, owner, agent_id)
     key = security.new_api_key()
     row = await keys_store.create(pool, key.key_id, agent_id, key.key_hash)
-    return {"key_id": key.key_id, "api_key": key.api_key, "agent_id": agent_id,
-            "created_at": row["created_at"].isoformat()}
+    return NewKey(key_id=key.key_id, api_key=key.api_key, agent_id=agent_id,
+                  created_at=row["created_at"])
 
 
-async def list_keys(pool: asyncpg.Pool, owner: Owner, agent_id: str) -> list[dict[str, Any]]:
+async def list_keys(pool: asyncpg.Pool, owner: Owner, agent_id: str) -> list[KeyInfo]:
     await owned_agent(pool, owner, agent_id)
-    return [{"key_id": r["key_id"], "created_at": r["created_at"].isoformat(),
-             "revoked_at": r["revoked_at"].isoformat() if r["revoked_at"] else None,
-             "last_used_at": r["last_used_at"].isoformat() if r["last_used_at"] else None}
-            for r in await keys_store.list_for_agent(pool, agent_id)]
+    return [KeyInfo.of(r) for r in await keys_store.list_for_agent(pool, agent_id)]
 
 
-async def revoke_key(pool: asyncpg.Pool, owner: Owner, agent_id: str, key_id: str) -> None:
-    await owned_agent(pool, owner, agent_id)
-    if not await keys_store.revoke(pool, agent_id, key_id):
-        raise not_found(f"no key '{key_id}' on agent '{agent_id}'")
+async def revoke_key(pool: asyncpg.Pool, owner: Owner, agent_id: str, key_id: str, *,
+                     auth_changed: AuthChanged | None = None) -> None:
+    """``auth_changed(agent_id)`` runs after the commit (open streams re-check at once)."""
+    async with writes(pool) as tx:
+        await owned_agent(tx.conn, owner, agent_id)
+        if not await keys_store.revoke(tx.conn, agent_id, key_id):
+            raise not_found(f"no key '{key_id}' on agent '{agent_id}'")
+        if auth_changed is not None:
+            tx.after_commit(functools.partial(auth_changed, agent_id))
+
+
+async def list_agents(pool: asyncpg.Pool, owner: Owner) -> AgentList:
+    return AgentList(agents=[AgentOut.of(r) for r in await agents_store.list_owned(pool,
+                                                                                  owner.user_id)])

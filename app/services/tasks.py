@@ -15,55 +15,25 @@ from app import ids
 from app.domain import task_states
 from app.domain.permissions import can_communicate, is_participant, side_of
 from app.errors import bad_request, conflict, forbidden, not_found
-from app.metrics import DEDUP_HITS
+from app.responses import (
+    ArtifactOut,
+    MessageOut,
+    Receipt,
+    TaskDetail,
+    TaskMessage,
+    TaskOut,
+    TaskPage,
+    TaskWithMessage,
+)
 from app.schemas import ArtifactIn, MessageIn, StatusChange, TaskCreate, dump_parts
 from app.services.hashing import content_hash
 from app.services.principals import Agent
+from app.services.replay import Replay, message_id_reused, same_request
 from app.settings import Settings
-from app.store import events as events_store
 from app.store import inbox as inbox_store
 from app.store import social as social_store
 from app.store import tasks as tasks_store
-from app.store.events import NewEvent
-
-
-class Replay(Exception):
-    """Leave the transaction (rolling it back) and answer with a stored record."""
-
-    def __init__(self, result: dict[str, Any]) -> None:
-        self.result = result
-
-
-# --- shapes ----------------------------------------------------------------------
-
-def _iso(value: datetime | None) -> str | None:
-    return value.isoformat() if value is not None else None
-
-
-def task_json(row: asyncpg.Record) -> dict[str, Any]:
-    return {
-        "task_id": row["task_id"], "context_id": row["context_id"], "state": row["state"],
-        "initiator": row["initiator"], "serving_agent": row["serving_agent"],
-        "status_message": row["status_message"],
-        "created_at": _iso(row["created_at"]), "updated_at": _iso(row["updated_at"]),
-    }
-
-
-def message_json(row: asyncpg.Record) -> dict[str, Any]:
-    return {
-        "message_id": row["message_id"], "task_id": row["task_id"],
-        "context_id": row["context_id"], "role": row["role"], "sender": row["sender"],
-        "recipient": row["recipient"], "parts": row["parts"], "metadata": row["metadata"],
-        "created_at": _iso(row["created_at"]),
-    }
-
-
-def artifact_json(row: asyncpg.Record) -> dict[str, Any]:
-    return {
-        "artifact_id": row["artifact_id"], "task_id": row["task_id"], "name": row["name"],
-        "description": row["description"], "parts": row["parts"], "metadata": row["metadata"],
-        "created_by": row["created_by"], "created_at": _iso(row["created_at"]),
-    }
+from app.writes import NewEvent, RecipientMissing, Wakeup, Writes, writes
 
 
 def _role(sender: str, task: asyncpg.Record | dict[str, Any]) -> str:
@@ -88,8 +58,8 @@ async def check_can_message(conn: asyncpg.Connection | asyncpg.Pool, sender: str
                         "send a friend request first (POST /v1/mesh/friends/requests)")
 
 
-async def create_task(pool: asyncpg.Pool, settings: Settings, me: Agent,
-                      body: TaskCreate) -> tuple[dict[str, Any], bool]:
+async def create_task(pool: asyncpg.Pool, settings: Settings, me: Agent, body: TaskCreate, *,
+                      wakeup: Wakeup | None = None) -> tuple[TaskWithMessage, bool]:
     """Returns (task with its first message, created?). created=False is an
     idempotent retry of the same message_id with the same content."""
     msg = body.message
@@ -101,59 +71,54 @@ async def create_task(pool: asyncpg.Pool, settings: Settings, me: Agent,
     task_id = body.task_id or ids.new_task_id(me.agent_id)
     context_id = body.context_id or ids.new_context_id(me.agent_id)
     try:
-        async with pool.acquire() as conn, conn.transaction():
-            await check_can_message(conn, me.agent_id, body.to_agent_id)
+        async with writes(pool, topic=settings.bus_topic, wakeup=wakeup) as tx:
+            await check_can_message(tx.conn, me.agent_id, body.to_agent_id)
             task = await tasks_store.insert_task(
-                conn, task_id=task_id, context_id=context_id, initiator=me.agent_id,
+                tx.conn, task_id=task_id, context_id=context_id, initiator=me.agent_id,
                 serving_agent=body.to_agent_id)
             if task is None:
-                raise await _replay_or_conflict(conn, message_id, fingerprint, me.agent_id,
-                                                f"task_id '{task_id}' is already taken")
+                raise await _replay_create(tx.conn, message_id, fingerprint, me.agent_id,
+                                           f"task_id '{task_id}' is already taken")
             message = await tasks_store.insert_message(
-                conn, message_id=message_id, task_id=task_id, context_id=context_id,
+                tx.conn, message_id=message_id, task_id=task_id, context_id=context_id,
                 sender=me.agent_id, recipient=body.to_agent_id, role="user", parts=parts,
                 metadata=msg.metadata, content_hash=fingerprint)
             if message is None:
-                raise await _replay_or_conflict(conn, message_id, fingerprint, me.agent_id)
-            result = {**task_json(task), "message": message_json(message)}
-            await _emit(conn, settings, NewEvent(
+                raise await _replay_create(tx.conn, message_id, fingerprint, me.agent_id)
+            task_out, message_out = TaskOut.of(task), MessageOut.of(message)
+            await _emit(tx, NewEvent(
                 agent_id=body.to_agent_id, type="task.created", task_id=task_id,
                 context_id=context_id, from_agent_id=me.agent_id,
-                payload={"task": task_json(task), "message": message_json(message)},
+                payload={"task": task_out.wire(), "message": message_out.wire()},
             ), message_id=message_id)
-            return result, True
+            return TaskWithMessage(**dict(task_out), message=message_out), True
     except Replay as replay:
-        return replay.result, False
+        return replay.result, False  # type: ignore[return-value]
 
 
-async def _replay_or_conflict(conn: asyncpg.Connection, message_id: str, fingerprint: str,
-                              sender: str, taken: str | None = None) -> Exception:
+async def _replay_create(conn: asyncpg.Connection, message_id: str, fingerprint: str,
+                         sender: str, taken: str | None = None) -> Exception:
     """A unique id collided: the same request again (→ Replay) or another one (→ 409)."""
     existing = await tasks_store.get_message(conn, message_id)
-    if existing is not None and existing["content_hash"] == fingerprint \
-            and existing["sender"] == sender:
-        DEDUP_HITS.labels(where="api").inc()
+    if same_request(existing, fingerprint, by=sender):
+        assert existing is not None
         task = await tasks_store.get(conn, existing["task_id"])
         assert task is not None
-        return Replay({**task_json(task), "message": message_json(existing)})
+        return Replay(TaskWithMessage.of(task, message=MessageOut.of(existing)))
     if existing is not None:
-        return conflict(f"message_id '{message_id}' was already used for different content; "
-                        "use a new message_id for a new message")
+        return message_id_reused(message_id)
     return conflict(taken or f"message_id '{message_id}' conflicts")
 
 
-async def _emit(conn: asyncpg.Connection, settings: Settings, event: NewEvent, *,
-                message_id: str | None = None,
-                allow_missing: bool = False) -> dict[str, Any] | None:
+async def _emit(tx: Writes, event: NewEvent, *, message_id: str | None = None,
+                allow_missing: bool = False) -> None:
     """Write the recipient's inbox event (and outbox row). A recipient that was
-    deleted is a 404 — or, with ``allow_missing``, no event at all (None)."""
+    deleted is a 404 — or, with ``allow_missing``, no event at all."""
     try:
-        written = await events_store.append(conn, [event], topic=settings.bus_topic,
-                                            skip_missing=allow_missing, message_id=message_id)
-    except events_store.RecipientMissing:
+        await tx.append([event], skip_missing=allow_missing, message_id=message_id)
+    except RecipientMissing:
         raise not_found(f"agent '{event.agent_id}' no longer exists; nothing can be sent "
                         "to it") from None
-    return written[0] if written else None
 
 
 # --- read ----------------------------------------------------------------------------
@@ -167,7 +132,7 @@ async def _task_for(conn: asyncpg.Connection | asyncpg.Pool, agent_id: str, task
     return task
 
 
-async def get_task(pool: asyncpg.Pool, me: Agent, task_id: str) -> dict[str, Any]:
+async def get_task(pool: asyncpg.Pool, me: Agent, task_id: str) -> TaskDetail:
     async with pool.acquire() as conn:
         task = await _task_for(conn, me.agent_id, task_id)
         messages = await tasks_store.messages(conn, task_id)
@@ -177,34 +142,29 @@ async def get_task(pool: asyncpg.Pool, me: Agent, task_id: str) -> dict[str, Any
             seqs = [m["inbox_seq"] for m in messages if m["recipient"] == recipient
                     and m["inbox_seq"] is not None]
             receipts[recipient] = await inbox_store.receipts(conn, recipient, seqs)
-    out = task_json(task)
-    out["messages"] = []
-    for m in messages:
-        item = message_json(m)
-        item["seq"] = m["inbox_seq"]
-        item["receipt"] = _receipt(receipts.get(m["recipient"], {}).get(m["inbox_seq"]))
-        out["messages"].append(item)
-    out["artifacts"] = [artifact_json(a) for a in artifacts]
-    return out
+    return TaskDetail.of(
+        task,
+        messages=[TaskMessage.of(m, seq=m["inbox_seq"], receipt=_receipt(
+            receipts.get(m["recipient"], {}).get(m["inbox_seq"]))) for m in messages],
+        artifacts=[ArtifactOut.of(a) for a in artifacts])
 
 
-def _receipt(row: Any) -> dict[str, Any]:
+def _receipt(row: Any) -> Receipt:
     if row is None:
-        return {"status": "queued", "delivered_at": None}
+        return Receipt(status="queued", delivered_at=None)
     status = "acked" if row["acked"] else ("delivered" if row["delivered_at"] else "queued")
-    return {"status": status, "delivered_at": _iso(row["delivered_at"])}
+    return Receipt(status=status, delivered_at=row["delivered_at"])
 
 
 async def list_tasks(pool: asyncpg.Pool, me: Agent, *, state: str | None,
-                     context_id: str | None, cursor: str | None,
-                     limit: int) -> dict[str, Any]:
+                     context_id: str | None, cursor: str | None, limit: int) -> TaskPage:
     before = decode_cursor(cursor) if cursor else None
     rows = await tasks_store.list_for_agent(pool, me.agent_id, state=state,
                                             context_id=context_id, before=before,
                                             limit=limit + 1)
     page = rows[:limit]
     next_cursor = encode_cursor(page[-1]) if len(rows) > limit else None
-    return {"tasks": [task_json(r) for r in page], "next_cursor": next_cursor}
+    return TaskPage(tasks=[TaskOut.of(r) for r in page], next_cursor=next_cursor)
 
 
 def encode_cursor(row: asyncpg.Record) -> str:
@@ -228,148 +188,204 @@ def decode_cursor(cursor: str) -> tuple[datetime, str]:
 # --- messages ------------------------------------------------------------------------
 
 async def append_message(pool: asyncpg.Pool, settings: Settings, me: Agent, task_id: str,
-                         body: MessageIn) -> tuple[dict[str, Any], bool]:
+                         body: MessageIn, *,
+                         wakeup: Wakeup | None = None) -> tuple[MessageOut, bool]:
     message_id = body.message_id or ids.new_message_id(me.agent_id)
     parts = dump_parts(body.parts)
     fingerprint = content_hash(op="message", sender=me.agent_id, task_id=task_id,
                                parts=parts, metadata=body.metadata)
     try:
-        async with pool.acquire() as conn, conn.transaction():
+        async with writes(pool, topic=settings.bus_topic, wakeup=wakeup) as tx:
             # The row lock orders this message against concurrent transitions, so a
             # message never lands on a task that just became terminal.
-            task = await _task_for(conn, me.agent_id, task_id, for_update=True)
-            existing = await tasks_store.get_message(conn, message_id)
+            task = await _task_for(tx.conn, me.agent_id, task_id, for_update=True)
+            existing = await tasks_store.get_message(tx.conn, message_id)
             if existing is not None:
-                raise await _replay_message_or_conflict(existing, fingerprint, me.agent_id)
+                raise _replay_message(existing, fingerprint, me.agent_id)
             task_states.check_accepts_messages(task["state"])
-            row = await _insert_message(conn, settings, me, task, message_id, parts,
-                                        body.metadata, fingerprint)
-            await tasks_store.touch(conn, task_id)
-            return message_json(row), True
+            row = await _insert_message(tx, me, task, message_id, parts, body.metadata,
+                                        fingerprint)
+            await tasks_store.touch(tx.conn, task_id)
+            return MessageOut.of(row), True
     except Replay as replay:
-        return replay.result, False
+        return replay.result, False  # type: ignore[return-value]
 
 
-async def _replay_message_or_conflict(existing: asyncpg.Record, fingerprint: str,
-                                      sender: str) -> Exception:
-    if existing["content_hash"] == fingerprint and existing["sender"] == sender:
-        DEDUP_HITS.labels(where="api").inc()
-        return Replay(message_json(existing))
-    return conflict(f"message_id '{existing['message_id']}' was already used for different "
-                    "content; use a new message_id for a new message")
+def _replay_message(existing: asyncpg.Record, fingerprint: str, sender: str) -> Exception:
+    if same_request(existing, fingerprint, by=sender):
+        return Replay(MessageOut.of(existing))
+    return message_id_reused(existing["message_id"])
 
 
-async def _insert_message(conn: asyncpg.Connection, settings: Settings, me: Agent,
-                          task: asyncpg.Record, message_id: str, parts: list[dict[str, Any]],
-                          metadata: dict[str, Any] | None, fingerprint: str,
-                          event_type: str = "task.message",
-                          extra_payload: dict[str, Any] | None = None) -> asyncpg.Record:
+async def _insert_message(tx: Writes, me: Agent, task: asyncpg.Record, message_id: str,
+                          parts: list[dict[str, Any]], metadata: dict[str, Any] | None,
+                          fingerprint: str, *, emit: bool = True) -> asyncpg.Record:
+    """Store a message from ``me`` to the other side; ``emit`` sends it as a
+    ``task.message`` (a status change carries it in its ``task.status`` instead)."""
     recipient = _other(me.agent_id, task)
     row = await tasks_store.insert_message(
-        conn, message_id=message_id, task_id=task["task_id"], context_id=task["context_id"],
+        tx.conn, message_id=message_id, task_id=task["task_id"], context_id=task["context_id"],
         sender=me.agent_id, recipient=recipient, role=_role(me.agent_id, task), parts=parts,
         metadata=metadata, content_hash=fingerprint)
     if row is None:  # a concurrent request with the same message_id won the insert
-        existing = await tasks_store.get_message(conn, message_id)
+        existing = await tasks_store.get_message(tx.conn, message_id)
         assert existing is not None
-        raise await _replay_message_or_conflict(existing, fingerprint, me.agent_id)
-    if event_type == "task.message":
-        await _emit(conn, settings, NewEvent(
+        raise _replay_message(existing, fingerprint, me.agent_id)
+    if emit:
+        await _emit(tx, NewEvent(
             agent_id=recipient, type="task.message", task_id=task["task_id"],
             context_id=task["context_id"], from_agent_id=me.agent_id,
-            payload={"message": message_json(row)}), message_id=message_id)
+            payload={"message": MessageOut.of(row).wire()}), message_id=message_id)
     return row
 
 
 # --- status --------------------------------------------------------------------------
 
 async def change_status(pool: asyncpg.Pool, settings: Settings, me: Agent, task_id: str,
-                        body: StatusChange) -> dict[str, Any]:
-    async with pool.acquire() as conn, conn.transaction():
-        task = await _task_for(conn, me.agent_id, task_id)
-        side = side_of(me.agent_id, task["initiator"], task["serving_agent"])
-        task_states.check_transition(task["state"], body.state, side)  # type: ignore[arg-type]
-        message: dict[str, Any] | None = None
-        if body.message is not None:
-            parts = dump_parts(body.message.parts)
-            message_id = body.message.message_id or ids.new_message_id(me.agent_id)
-            fingerprint = content_hash(op="status", sender=me.agent_id, task_id=task_id,
-                                       state=body.state, parts=parts,
-                                       metadata=body.message.metadata)
-            if await tasks_store.get_message(conn, message_id) is not None:
-                raise conflict(f"message_id '{message_id}' was already used")
-            row = await _insert_message(conn, settings, me, task, message_id, parts,
-                                        body.message.metadata, fingerprint,
-                                        event_type="task.status")
-            message = message_json(row)
-        updated = await tasks_store.compare_and_set_state(conn, task_id, task["state"],
-                                                          body.state, message)
-        if updated is None:
-            current = await tasks_store.get(conn, task_id)
-            raise task_states.raise_lost_race(task["state"], current["state"] if current else "?")
-        # The other side may have been deleted: the task can still be closed.
-        await _emit(conn, settings, NewEvent(
-            agent_id=_other(me.agent_id, task), type="task.status", task_id=task_id,
-            context_id=task["context_id"], from_agent_id=me.agent_id,
-            payload={"state": body.state, "previous_state": task["state"],
-                     "message": message, "task": task_json(updated)}), allow_missing=True,
-            message_id=message["message_id"] if message is not None else None)
-        return task_json(updated)
+                        body: StatusChange, *, wakeup: Wakeup | None = None) -> TaskOut:
+    """Apply a transition (compare-and-set), or answer a repeat of one that already
+    took effect with the task as it is, writing nothing (see :func:`_replay_status`)."""
+    message_id = fingerprint = None
+    parts: list[dict[str, Any]] = []
+    if body.message is not None:
+        parts = dump_parts(body.message.parts)
+        message_id = body.message.message_id or ids.new_message_id(me.agent_id)
+        fingerprint = content_hash(op="status", sender=me.agent_id, task_id=task_id,
+                                   state=body.state, parts=parts,
+                                   metadata=body.message.metadata)
+    try:
+        async with writes(pool, topic=settings.bus_topic, wakeup=wakeup) as tx:
+            # Not locked: the compare-and-set below decides races. A try that loses
+            # one to an earlier try of this very change is answered as a replay.
+            task = await _task_for(tx.conn, me.agent_id, task_id)
+            await _replay_status(tx.conn, me, task, body.state, message_id, fingerprint)
+            side = side_of(me.agent_id, task["initiator"], task["serving_agent"])
+            task_states.check_transition(task["state"], body.state, side)  # type: ignore[arg-type]
+            message: dict[str, Any] | None = None
+            if body.message is not None:
+                assert message_id is not None and fingerprint is not None
+                existing = await tasks_store.get_message(tx.conn, message_id)
+                if same_request(existing, fingerprint, by=me.agent_id):
+                    # An earlier try of this change committed since the task was read.
+                    raise await _lost_race(tx.conn, me, task, body.state, message_id,
+                                           fingerprint)
+                if existing is not None:
+                    raise message_id_reused(message_id)
+                try:
+                    row = await _insert_message(tx, me, task, message_id, parts,
+                                                body.message.metadata, fingerprint, emit=False)
+                except Replay:  # a concurrent try of this change stored the message first
+                    raise await _lost_race(tx.conn, me, task, body.state, message_id,
+                                           fingerprint) from None
+                message = MessageOut.of(row).wire()
+            updated = await tasks_store.compare_and_set_state(
+                tx.conn, task_id, task["state"], body.state, message, set_by=me.agent_id)
+            if updated is None:
+                # With a message we stored ourselves, the winner carried another
+                # message_id (the same one would have collided above): not a repeat.
+                raise await _lost_race(tx.conn, me, task, body.state, message_id, fingerprint,
+                                       replayable=message is None)
+            out = TaskOut.of(updated)
+            # The other side may have been deleted: the task can still be closed.
+            await _emit(tx, NewEvent(
+                agent_id=_other(me.agent_id, task), type="task.status", task_id=task_id,
+                context_id=task["context_id"], from_agent_id=me.agent_id,
+                payload={"state": body.state, "previous_state": task["state"],
+                         "message": message, "task": out.wire()}), allow_missing=True,
+                message_id=message_id if message is not None else None)
+            return out
+    except Replay as replay:
+        return replay.result  # type: ignore[return-value]
+
+
+async def _lost_race(conn: asyncpg.Connection, me: Agent, task: asyncpg.Record, state: str,
+                     message_id: str | None, fingerprint: str | None, *,
+                     replayable: bool = True) -> Exception:
+    """The task moved after it was read: a replay if the move was this very change
+    (an earlier try of it committed first), else the 409 of a lost race."""
+    current = await tasks_store.get(conn, task["task_id"])
+    if current is not None and replayable:
+        await _replay_status(conn, me, current, state, message_id, fingerprint)
+    return task_states.raise_lost_race(task["state"], current["state"] if current else "?")
+
+
+async def _replay_status(conn: asyncpg.Connection, me: Agent, task: asyncpg.Record, state: str,
+                         message_id: str | None, fingerprint: str | None) -> None:
+    """Raise :class:`Replay` when this request repeats a change that took effect: the
+    task is in ``state``, put there by this caller, and a message the request
+    carries is stored with this id and this content. Anything else goes on to the
+    transition check (409 for a move that is not legal)."""
+    if not task_states.is_repeat(task["state"], state, set_by=task["state_set_by"],
+                                 caller=me.agent_id):
+        return
+    if message_id is not None:
+        assert fingerprint is not None
+        stored = await tasks_store.get_message(conn, message_id)
+        if stored is not None and not same_request(stored, fingerprint, by=me.agent_id):
+            raise message_id_reused(message_id)
+        if stored is None or stored["task_id"] != task["task_id"]:
+            return
+    raise Replay(TaskOut.of(task))
 
 
 # --- artifacts -----------------------------------------------------------------------
 
 async def add_artifact(pool: asyncpg.Pool, settings: Settings, me: Agent, task_id: str,
-                       body: ArtifactIn) -> tuple[dict[str, Any], bool]:
+                       body: ArtifactIn, *,
+                       wakeup: Wakeup | None = None) -> tuple[ArtifactOut, bool]:
     artifact_id = body.artifact_id or ids.new_artifact_id()
     parts = dump_parts(body.parts)
     fingerprint = content_hash(op="artifact", name=body.name, description=body.description,
                                parts=parts, metadata=body.metadata)
-    async with pool.acquire() as conn, conn.transaction():
-        task = await _task_for(conn, me.agent_id, task_id, for_update=True)
-        if me.agent_id != task["serving_agent"]:
-            raise forbidden("only the serving agent adds artifacts to a task")
-        existing = await tasks_store.get_artifact(conn, task_id, artifact_id)
-        if existing is not None:
-            if existing["content_hash"] == fingerprint:
-                DEDUP_HITS.labels(where="api").inc()
-                return artifact_json(existing), False
-            raise conflict(f"artifact '{artifact_id}' exists on this task with other content")
-        task_states.check_accepts_messages(task["state"])
-        row = await tasks_store.insert_artifact(
-            conn, task_id=task_id, artifact_id=artifact_id, name=body.name,
-            description=body.description, parts=parts, metadata=body.metadata,
-            content_hash=fingerprint, created_by=me.agent_id)
-        if row is None:
-            raise conflict(f"artifact '{artifact_id}' was created concurrently; retry to read it")
-        await tasks_store.touch(conn, task_id)
-        await _emit(conn, settings, NewEvent(
-            agent_id=task["initiator"], type="task.artifact", task_id=task_id,
-            context_id=task["context_id"], from_agent_id=me.agent_id,
-            payload={"artifact": artifact_json(row)}))
-        return artifact_json(row), True
+    try:
+        async with writes(pool, topic=settings.bus_topic, wakeup=wakeup) as tx:
+            task = await _task_for(tx.conn, me.agent_id, task_id, for_update=True)
+            if me.agent_id != task["serving_agent"]:
+                raise forbidden("only the serving agent adds artifacts to a task")
+            existing = await tasks_store.get_artifact(tx.conn, task_id, artifact_id)
+            if existing is not None:
+                if same_request(existing, fingerprint, by=me.agent_id, by_field="created_by"):
+                    raise Replay(ArtifactOut.of(existing))
+                raise conflict(f"artifact '{artifact_id}' exists on this task with other "
+                               "content")
+            task_states.check_accepts_messages(task["state"])
+            row = await tasks_store.insert_artifact(
+                tx.conn, task_id=task_id, artifact_id=artifact_id, name=body.name,
+                description=body.description, parts=parts, metadata=body.metadata,
+                content_hash=fingerprint, created_by=me.agent_id)
+            if row is None:
+                raise conflict(f"artifact '{artifact_id}' was created concurrently; retry to "
+                               "read it")
+            await tasks_store.touch(tx.conn, task_id)
+            out = ArtifactOut.of(row)
+            await _emit(tx, NewEvent(
+                agent_id=task["initiator"], type="task.artifact", task_id=task_id,
+                context_id=task["context_id"], from_agent_id=me.agent_id,
+                payload={"artifact": out.wire()}))
+            return out, True
+    except Replay as replay:
+        return replay.result, False  # type: ignore[return-value]
 
 
 # --- timeout (cron) --------------------------------------------------------------------
 
-async def time_out(conn: asyncpg.Connection, settings: Settings,
-                   task: asyncpg.Record) -> dict[str, Any] | None:
+async def time_out(tx: Writes, settings: Settings, task: asyncpg.Record) -> TaskOut | None:
     """Fail an idle task and tell both agents. None if it moved meanwhile (CAS lost),
     which makes the job safe when two cron processes run it."""
     # A system action, not a participant's move: any open state may time out.
     target = task_states.timeout_target()
     status_message = {"reason": "timeout",
                       "detail": f"no activity for {settings.task_timeout_seconds} s"}
-    updated = await tasks_store.compare_and_set_state(conn, task["task_id"], task["state"],
-                                                      target, status_message)
+    updated = await tasks_store.compare_and_set_state(tx.conn, task["task_id"], task["state"],
+                                                      target, status_message, set_by=None)
     if updated is None:
         return None
-    payload = {"state": target, "previous_state": task["state"], "task": task_json(updated),
+    out = TaskOut.of(updated)
+    payload = {"state": target, "previous_state": task["state"], "task": out.wire(),
                "reason": status_message["detail"]}
-    await events_store.append(conn, [
+    await tx.append([
         NewEvent(agent_id=agent, type="task.timeout", task_id=task["task_id"],
                  context_id=task["context_id"], from_agent_id=None, payload=payload)
         for agent in sorted({task["initiator"], task["serving_agent"]})
-    ], topic=settings.bus_topic, skip_missing=True)
-    return task_json(updated)
-
+    ], skip_missing=True)
+    return out

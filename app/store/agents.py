@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from datetime import datetime
 from typing import Any
 
@@ -94,29 +93,6 @@ async def ack(conn: Conn, agent_id: str, seq: int) -> asyncpg.Record | None:
     return await conn.fetchrow(
         "UPDATE agents SET acked_seq = GREATEST(acked_seq, LEAST($2::bigint, inbox_seq)) "
         "WHERE agent_id = $1 RETURNING acked_seq, inbox_seq", agent_id, seq)
-
-
-def to_json(row: asyncpg.Record, *, private: bool = True) -> dict[str, Any]:
-    """The public shape of an agent; ``private`` adds owner-only fields."""
-    out: dict[str, Any] = {
-        "agent_id": row["agent_id"],
-        "name": row["name"],
-        "display_name": row["display_name"],
-        "description": row["description"],
-        "skills": row["skills"] if not isinstance(row["skills"], str) else json.loads(row["skills"]),
-        "kind": row["kind"],
-        "status": row["status"],
-        "last_heartbeat_at": _iso(row["last_heartbeat_at"]),
-    }
-    if private:
-        out.update(inbox_seq=row["inbox_seq"], acked_seq=row["acked_seq"],
-                   created_at=_iso(row["created_at"]), updated_at=_iso(row["updated_at"]),
-                   instructions=row["instructions"])
-    return out
-
-
-def _iso(value: Any) -> str | None:
-    return value.isoformat() if value is not None else None
 
 
 # --- cron: presence expiry and consumer lag ------------------------------------------

@@ -92,14 +92,14 @@ async def requests_of(conn: Conn, agent_id: str) -> list[asyncpg.Record]:
         "WHERE (agent_a = $1 OR agent_b = $1) AND status = 'pending' ORDER BY created_at", agent_id)
 
 
-async def implicit_friends(conn: Conn, agent_id: str) -> list[asyncpg.Record]:
-    """The owner's virtual user for a normal agent, or all the owner's agents for
-    the virtual user: friends without a friendship row."""
+async def same_owner_agents(conn: Conn, agent_id: str) -> list[asyncpg.Record]:
+    """The other agents of this agent's owner, with both kinds: which of them are
+    implicit friends is app.domain.permissions.implicitly_friends's to say."""
     return await conn.fetch(
         """
-        SELECT o.agent_id, NULL::timestamptz AS since, o.display_name, o.status, o.kind
+        SELECT o.agent_id, o.display_name, o.status, o.kind, me.kind AS my_kind
         FROM agents me JOIN agents o ON o.owner_id = me.owner_id AND o.agent_id <> me.agent_id
-        WHERE me.agent_id = $1 AND (me.kind = 'virtual-user' OR o.kind = 'virtual-user')
+        WHERE me.agent_id = $1
         ORDER BY 1
         """, agent_id)
 

@@ -7,10 +7,15 @@ from typing import Any
 
 import asyncpg
 
+from app.domain.task_states import INITIAL, OPEN
+
 Conn = asyncpg.Connection | asyncpg.Pool
 
 TASK_COLUMNS = ("task_id, context_id, initiator, serving_agent, state, status_message, "
-                "created_at, updated_at")
+                "state_set_by, created_at, updated_at")
+# A literal, not a parameter: only then can the planner use the partial index
+# tasks_open_updated_idx (whose predicate lists the same states).
+_OPEN_LIST = ", ".join(f"'{state}'" for state in sorted(OPEN))
 MESSAGE_COLUMNS = ("message_id, task_id, context_id, sender, recipient, role, parts, metadata, "
                    "content_hash, inbox_seq, created_at")
 
@@ -20,8 +25,8 @@ async def insert_task(conn: Conn, *, task_id: str, context_id: str, initiator: s
     """None when the task_id exists already."""
     return await conn.fetchrow(
         f"INSERT INTO tasks (task_id, context_id, initiator, serving_agent, state) "
-        f"VALUES ($1, $2, $3, $4, 'submitted') ON CONFLICT (task_id) DO NOTHING "
-        f"RETURNING {TASK_COLUMNS}", task_id, context_id, initiator, serving_agent)
+        f"VALUES ($1, $2, $3, $4, $5) ON CONFLICT (task_id) DO NOTHING "
+        f"RETURNING {TASK_COLUMNS}", task_id, context_id, initiator, serving_agent, INITIAL)
 
 
 async def get(conn: Conn, task_id: str, *, for_update: bool = False) -> asyncpg.Record | None:
@@ -34,12 +39,14 @@ async def touch(conn: Conn, task_id: str) -> None:
 
 
 async def compare_and_set_state(conn: Conn, task_id: str, expected: str, new: str,
-                                status_message: dict[str, Any] | None) -> asyncpg.Record | None:
-    """The transition itself: applied only if the state is still ``expected``."""
+                                status_message: dict[str, Any] | None, *,
+                                set_by: str | None) -> asyncpg.Record | None:
+    """The transition itself: applied only if the state is still ``expected``.
+    ``set_by`` is the agent making the move (None for a system move)."""
     return await conn.fetchrow(
-        f"UPDATE tasks SET state = $3, status_message = $4, updated_at = now() "
-        f"WHERE task_id = $1 AND state = $2 RETURNING {TASK_COLUMNS}",
-        task_id, expected, new, status_message)
+        f"UPDATE tasks SET state = $3, status_message = $4, state_set_by = $5, "
+        f"updated_at = now() WHERE task_id = $1 AND state = $2 RETURNING {TASK_COLUMNS}",
+        task_id, expected, new, status_message, set_by)
 
 
 async def insert_message(conn: Conn, *, message_id: str, task_id: str, context_id: str,
@@ -117,6 +124,5 @@ async def context_messages(conn: Conn, context_id: str, agent_ids: list[str],
 
 async def idle_open_tasks(conn: Conn, older_than: datetime, limit: int) -> list[asyncpg.Record]:
     return await conn.fetch(
-        f"SELECT {TASK_COLUMNS} FROM tasks WHERE state IN ('submitted', 'working', "
-        f"'input-required', 'auth-required') AND updated_at < $1 ORDER BY updated_at LIMIT $2",
-        older_than, limit)
+        f"SELECT {TASK_COLUMNS} FROM tasks WHERE state IN ({_OPEN_LIST}) AND updated_at < $1 "
+        f"ORDER BY updated_at LIMIT $2", older_than, limit)

@@ -1,0 +1,343 @@
+"""Response bodies: the one description of every JSON shape the API returns.
+
+Each model lists exactly the fields a client sees; building one from a database
+row (``Model.of(row)``) drops the columns that are not part of the API. The
+same models document ``/openapi.json`` (``@doc(..., response=Model)``) and
+build the ``task``/``message``/``artifact``/``request`` objects inside event
+payloads (``model_dump(mode="json")``), so an object has one shape wherever it
+travels.
+
+Timestamps are serialized one way everywhere: ISO 8601 in UTC, as
+``datetime.isoformat()`` writes it (``2026-01-02T03:04:05.123456+00:00``), not
+pydantic's ``Z`` form, which would change the bytes clients have always seen.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal, Self
+
+from pydantic import BaseModel, ConfigDict, PlainSerializer, WithJsonSchema, field_validator
+
+from app.domain.task_states import TaskState
+
+
+def iso_utc(value: datetime) -> str:
+    """The wire form of an instant (asyncpg returns timestamptz as aware UTC already)."""
+    return value.astimezone(UTC).isoformat()
+
+
+Timestamp = Annotated[datetime, PlainSerializer(iso_utc, return_type=str, when_used="json"),
+                      WithJsonSchema({"type": "string", "format": "date-time"})]
+Json = dict[str, Any]
+Parts = list[Json]
+
+
+class Out(BaseModel):
+    # Rows carry more columns than the API shows (hashes, owner ids): ignore them.
+    model_config = ConfigDict(extra="ignore")
+
+    @classmethod
+    def of(cls, row: Mapping[str, Any], **extra: Any) -> Self:
+        return cls.model_validate({**row, **extra})
+
+    def wire(self) -> Json:
+        """The JSON-ready dict (event payloads are dicts; h/a's serializer encodes them)."""
+        return self.model_dump(mode="json")
+
+
+# --- tasks -----------------------------------------------------------------------
+
+class TaskOut(Out):
+    task_id: str
+    context_id: str
+    state: TaskState
+    initiator: str
+    serving_agent: str
+    status_message: Json | None
+    created_at: Timestamp
+    updated_at: Timestamp
+
+
+class MessageOut(Out):
+    message_id: str
+    task_id: str
+    context_id: str
+    role: Literal["user", "agent"]
+    sender: str
+    recipient: str
+    parts: Parts
+    metadata: Json | None
+    created_at: Timestamp
+
+
+class TaskWithMessage(TaskOut):
+    """A created task with its first message (also the answer to a replayed create)."""
+    message: MessageOut
+
+
+class Receipt(Out):
+    status: Literal["queued", "delivered", "acked"]
+    delivered_at: Timestamp | None
+
+
+class TaskMessage(MessageOut):
+    seq: int | None
+    receipt: Receipt
+
+
+class ArtifactOut(Out):
+    artifact_id: str
+    task_id: str
+    name: str | None
+    description: str | None
+    parts: Parts
+    metadata: Json | None
+    created_by: str
+    created_at: Timestamp
+
+
+class TaskDetail(TaskOut):
+    messages: list[TaskMessage]
+    artifacts: list[ArtifactOut]
+
+
+class TaskPage(Out):
+    tasks: list[TaskOut]
+    next_cursor: str | None
+
+
+class TimelineMessage(MessageOut):
+    seq: int | None
+    task_state: TaskState
+
+
+class Timeline(Out):
+    context_id: str
+    messages: list[TimelineMessage]
+    tasks: list[str]
+    truncated: bool
+
+
+# --- owners, agents, keys ----------------------------------------------------------
+
+class Registered(Out):
+    username: str
+    is_admin: bool
+    virtual_agent_id: str
+    created_at: Timestamp
+
+
+class OwnerToken(Out):
+    access_token: str
+    token_type: Literal["bearer"]
+    expires_in: int
+
+
+class AgentToken(OwnerToken):
+    agent_id: str
+
+
+class AgentOut(Out):
+    """An agent as its owner (and the agent itself, ``GET /v1/mesh/me``) sees it."""
+    agent_id: str
+    name: str
+    display_name: str
+    description: str
+    skills: list[Json]
+    kind: Literal["normal", "virtual-user"]
+    status: str
+    last_heartbeat_at: Timestamp | None
+    inbox_seq: int
+    acked_seq: int
+    created_at: Timestamp
+    updated_at: Timestamp
+    instructions: str  # the agent's system prompt; owners and the agent itself only
+
+    @field_validator("skills", mode="before")
+    @classmethod
+    def decoded(cls, value: Any) -> Any:
+        # A connection without the pool's jsonb codec hands the column over as text.
+        return json.loads(value) if isinstance(value, str) else value
+
+
+class AgentList(Out):
+    agents: list[AgentOut]
+
+
+class NewKey(Out):
+    key_id: str
+    api_key: str
+    agent_id: str
+    created_at: Timestamp
+
+
+class KeyInfo(Out):
+    key_id: str
+    created_at: Timestamp
+    revoked_at: Timestamp | None
+    last_used_at: Timestamp | None
+
+
+class KeyList(Out):
+    keys: list[KeyInfo]
+
+
+class Presence(Out):
+    agent_id: str
+    status: str
+    last_heartbeat_at: Timestamp | None
+
+
+class AgentCard(Out):
+    """A2A-style; there is no URL to call, the mesh is the transport."""
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+    agent_id: str
+    name: str
+    description: str | None
+    kind: str
+    status: str
+    last_heartbeat_at: Timestamp | None
+    version: str
+    capabilities: Json
+    defaultInputModes: list[str]  # A2A field names
+    defaultOutputModes: list[str]
+    skills: list[Json]
+
+
+# --- friends and groups --------------------------------------------------------------
+
+class FriendRequestOut(Out):
+    request_id: str
+    from_agent_id: str
+    to_agent_id: str
+    note: str | None
+    status: Literal["pending", "accepted", "rejected"]
+    created_at: Timestamp
+    accepted_at: Timestamp | None
+
+
+class Friend(Out):
+    agent_id: str
+    display_name: str
+    status: str
+    kind: str
+    since: Timestamp | None
+    implicit: bool
+
+
+class PendingRequest(Out):
+    request_id: str
+    from_agent_id: str
+    to_agent_id: str
+    note: str | None
+    created_at: Timestamp
+
+
+class Friends(Out):
+    friends: list[Friend]
+    incoming_requests: list[PendingRequest]
+    outgoing_requests: list[PendingRequest]
+
+
+class RosterEntry(Out):
+    agent_id: str
+    role: str
+    joined_at: Timestamp
+    display_name: str
+    description: str
+    status: str
+    kind: str
+    last_heartbeat_at: Timestamp | None
+
+
+class GroupOut(Out):
+    group_id: str
+    name: str
+    created_at: Timestamp
+
+
+class OwnedGroup(GroupOut):
+    member_count: int
+
+
+class GroupWithMembers(GroupOut):
+    members: list[RosterEntry]
+
+
+class OwnedGroups(Out):
+    groups: list[OwnedGroup]
+
+
+class MemberGroup(Out):
+    """A group as one of its members sees it in ``GET /v1/mesh/groups``."""
+    group_id: str
+    name: str
+    role: str
+    member_count: int
+
+
+class MemberGroups(Out):
+    groups: list[MemberGroup]
+
+
+class Membership(Out):
+    group_id: str
+    agent_id: str
+    role: str
+    joined_at: Timestamp
+
+
+# --- inbox (the routes are app/api/inbox.py's; the event itself is a free object) ----
+
+class InboxPage(Out):
+    events: list[Json]
+    next_after: int | None
+
+
+class Acked(Out):
+    acked_seq: int
+    inbox_seq: int
+
+
+# --- admin ---------------------------------------------------------------------------
+
+class OutboxOverview(Out):
+    counts: dict[str, int]
+    oldest_pending_age_seconds: float
+
+
+class DeadLetterEnvelope(Out):
+    seq: int | None
+    event_id: str | None
+    type: str | None
+    task_id: str | None
+    context_id: str | None
+    from_agent_id: str | None
+
+
+class DeadLetter(Out):
+    id: int
+    topic: str
+    recipient: str
+    attempts: int
+    last_error: str | None
+    created_at: Timestamp
+    event: DeadLetterEnvelope
+    payload_bytes: int
+
+
+class DeadLetters(Out):
+    dead_letters: list[DeadLetter]
+    next_after_id: int | None
+
+
+class RetriedOne(Out):
+    retried: int
+    ids: list[int]
+
+
+class RetriedAll(Out):
+    retried: int

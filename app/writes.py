@@ -1,0 +1,103 @@
+"""The one way to write inbox events: a unit of work that wakes the relay after commit.
+
+Every code path that appends inbox events or re-queues outbox rows — HTTP
+handlers, cron, admin, whatever comes next — opens ``async with writes(pool,
+wakeup) as tx`` and appends through ``tx``. The unit of work records that the
+outbox changed and, only once the transaction has committed, wakes the relay:
+
+* through ``wakeup`` (the web process's coalescing :class:`app.relay_wakeup.RelayWakeup`),
+  so a burst of commits costs a handful of NOTIFYs, not one each;
+* or, where no such waker runs (cron, scripts), with one direct NOTIFY on the same
+  connection, outside the transaction (a NOTIFY inside it would serialise commits
+  on Postgres's notification lock — see app.relay_wakeup).
+
+Other effects that must follow a commit (telling open streams a key was
+revoked) are registered with ``tx.after_commit(effect)`` and run the same way.
+A transaction that rolls back (an error, a :class:`app.services.replay.Replay`)
+wakes nothing and runs no effect. A wake-up or effect that fails after the commit is
+logged, never raised:
+the write is durable, and the relay's sweep is the safety net.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import Any, Protocol
+
+import asyncpg
+
+from app.store import events as events_store
+from app.store import outbox as outbox_store
+from app.store.events import NewEvent, RecipientMissing
+
+log = logging.getLogger("mesh.writes")
+
+__all__ = ["Effect", "NewEvent", "RecipientMissing", "Wakeup", "Writes", "writes"]
+
+
+class Wakeup(Protocol):
+    def wake(self) -> None: ...
+
+
+Effect = Callable[[], Awaitable[None]]
+
+
+class Writes:
+    """An open write transaction: its connection, and what must happen after commit."""
+
+    def __init__(self, conn: asyncpg.Connection, topic: str | None) -> None:
+        self.conn = conn
+        self.topic = topic
+        self.outbox_changed = False
+        self.effects: list[Effect] = []
+
+    async def append(self, events: Sequence[NewEvent], *, skip_missing: bool = False,
+                     message_id: str | None = None) -> list[dict[str, Any]]:
+        """``events_store.append`` in this transaction (see there for the arguments)."""
+        if self.topic is None:
+            raise ValueError("this unit of work was opened without a bus topic to append to")
+        written = await events_store.append(self.conn, events, topic=self.topic,
+                                            skip_missing=skip_missing, message_id=message_id)
+        if written:
+            self.outbox_changed = True
+        return written
+
+    def requeued(self) -> None:
+        """Outbox rows were put back to pending (an admin retry): the relay must look."""
+        self.outbox_changed = True
+
+    def after_commit(self, effect: Effect) -> None:
+        """Run ``effect`` once this transaction has committed (never on a rollback),
+        e.g. telling open streams that a key was revoked."""
+        self.effects.append(effect)
+
+
+@contextlib.asynccontextmanager
+async def writes(pool: asyncpg.Pool, *, topic: str | None = None,
+                 wakeup: Wakeup | None = None) -> AsyncIterator[Writes]:
+    async with pool.acquire() as conn:
+        tx = Writes(conn, topic)
+        async with conn.transaction():
+            yield tx
+        if tx.outbox_changed:
+            await _wake(conn, wakeup)
+    # Outside the connection: an effect (a Redis publish) need not hold one.
+    for effect in tx.effects:
+        try:
+            await effect()
+        except Exception as exc:  # the write is durable: a failed effect must not undo a 2xx
+            log.warning("an after-commit effect failed (%s: %s); the write stands",
+                        type(exc).__name__, exc)
+
+
+async def _wake(conn: asyncpg.Connection, wakeup: Wakeup | None) -> None:
+    if wakeup is not None:
+        wakeup.wake()
+        return
+    try:
+        await outbox_store.wake_relay(conn)
+    except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+        log.warning("could not wake the relay after a commit (%s); its sweep will find the "
+                    "rows", exc)
