@@ -20,13 +20,13 @@ import pytest
 import redis.asyncio as aioredis
 
 from app import writes as writes_module
+from app.delivery import inbox_stream_key
 from app.settings import Settings
 from cron import jobs
 from tests.support.isolated import db_now, relay_pending, started_publisher, wait_until
 from tests.support.meshapi import AgentHandle, MeshFactory, OwnerHandle
 from tests.support.pipeline import run_pipeline, run_workers
 from tests.support.servers import serve_app
-from workers.push import stream_key
 
 SWEEP_MINUTES = 10
 
@@ -45,7 +45,7 @@ async def redis(quiet: Settings) -> AsyncIterator[aioredis.Redis]:
 
 async def pushed(redis: aioredis.Redis, agent: AgentHandle, seq: int) -> dict:
     """Wait (blocking XREAD, no polling) until ``seq`` is in the agent's stream."""
-    key, last = stream_key(agent.agent_id), f"{seq - 1}-0"
+    key, last = inbox_stream_key(agent.agent_id), f"{seq - 1}-0"
     async with asyncio.timeout(30):
         while True:
             reply = await redis.xread({key: last}, block=5000)
@@ -98,7 +98,7 @@ async def test_admin_dead_letter_retry_wakes_the_relay(quiet: Settings, pool: as
         async with started_publisher(quiet):
             pass
         # A real dead letter: a relay whose bus refuses records over 4 KiB.
-        await relay_pending(quiet, pool, max_record_bytes=4096)
+        await relay_pending(quiet, max_record_bytes=4096)
         [dead] = (await admin.get("/v1/admin/outbox/dead")).json()["dead_letters"]
         assert dead["event"]["seq"] == 2 and dead["recipient"] == b.agent_id
 

@@ -222,7 +222,6 @@ async def test_owner_login_token_acts_as_the_human_agent(world, gateway):
         assert (await human.me())["kind"] == "virtual-user"
 
 
-@pytest.mark.xfail(strict=True, reason="needs server-side idempotent status (h/b); drop once merged")
 async def test_a_repeated_status_change_is_answered_like_the_first(pair, gateway):
     """set_status retries like every write: the gateway answers a repeat of a change that
     already took effect with the original body and no new event (so no client workaround)."""
@@ -230,7 +229,6 @@ async def test_a_repeated_status_change_is_answered_like_the_first(pair, gateway
     async with client_for(gateway, a_h) as a, client_for(gateway, b_h) as b:
         task = await a.send(b_h.agent_id, "please")
         first = await b.set_status(task.task_id, "working")
-        # needs server-side idempotent status (h/b)
         assert await b.set_status(task.task_id, "working") == first
         mid = new_message_id(b_h.agent_id)
         done = await b.set_status(task.task_id, "completed", "done", message_id=mid)

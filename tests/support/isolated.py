@@ -10,9 +10,11 @@ see it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import time
 import uuid
+from collections.abc import AsyncIterator
 from datetime import datetime
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -22,7 +24,7 @@ import asyncpg
 from app.migrate import ensure_database, migrate
 from app.settings import Settings
 from workers import relay as relay_worker
-from workers.bus import BusOptions
+from workers.bus import BusOptions, Publisher
 from workers.runtime import opened
 
 # Test timeouts: quick to notice a dead broker, patient while Kafka creates a topic.
@@ -52,6 +54,13 @@ async def relay_pending(settings: Settings, **options: Any) -> int:
     events become real dead letters)."""
     async with opened(settings, bus_options=bus_options(settings, **options)) as rt:
         return await (await relay_worker.build(rt)).drain()
+
+
+@contextlib.asynccontextmanager
+async def started_publisher(settings: Settings, **options: Any) -> AsyncIterator[Publisher]:
+    """A started publisher of the deployment's bus, with bus options ``options``."""
+    async with opened(settings, bus_options=bus_options(settings, **options)) as rt:
+        yield await rt.publisher()
 
 
 async def db_now(pool: asyncpg.Pool) -> datetime:
