@@ -1,4 +1,4 @@
-"""The wire form of an inbox event — its one serializer (ADR 009).
+"""The wire form of an inbox event — its one serializer (ADR 014).
 
 Every path that hands an event to a client starts from an ``inbox_events`` row
 and calls :func:`encode_event`: the relay (whose bytes travel bus → push →

@@ -268,7 +268,7 @@ async def s_relay(env: Env, ctx: dict, plan: Plan) -> Section:  # type: ignore[t
                 "not measured: no Java/Maven for the embedded Kafka")
     sec.note(f"{plan.relay_rows:,} pending rows of a fresh topic, inserted in one transaction "
              f"(+ NOTIFY); each the {len(payload.encode())}-byte envelope of a real event from "
-             "scenario 1, which the relay joins to its inbox row and encodes (ADR 009). "
+             "scenario 1, which the relay joins to its inbox row and encodes (ADR 014). "
              "Clock from commit until no row of the topic is pending; the real `outbox` process.")
     sec.note("")
     sec.note("| bus | setting | batch | rows | sent | failed | seconds | events/s |")

@@ -1,4 +1,4 @@
-"""One event, the same bytes on every path (ADR 009).
+"""One event, the same bytes on every path (ADR 014).
 
 An event sent once is read back live over SSE (from the Redis stream the push
 worker wrote, i.e. the relay's bytes), over SSE catch-up (from Postgres), over

@@ -8,7 +8,7 @@ relay is woken after the commit (app.relay_wakeup), not from inside it.
 
 The outbox row carries only the event's envelope (seq, event_id, type, ids),
 never its content or a wire form: the relay's claim joins the inbox row back
-and encodes it with app.event_wire, like every other delivery path (ADR 009).
+and encodes it with app.event_wire, like every other delivery path (ADR 014).
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ Conn = asyncpg.Connection | asyncpg.Pool
 # Due pending rows of one topic, oldest first; rows another relay holds are
 # skipped, so any number of relays share the work without waiting on each other.
 # An event row's envelope names its inbox row (event_id is unique there), which
-# is joined here so the relay encodes the event itself (ADR 009): the batch claim
+# is joined here so the relay encodes the event itself (ADR 014): the batch claim
 # does that work, not the web request. A row without an event_id (written by
 # hand or by another producer) is relayed as it is.
 CLAIM_SQL = """
