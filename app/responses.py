@@ -7,29 +7,25 @@ build the ``task``/``message``/``artifact``/``request`` objects inside event
 payloads (``model_dump(mode="json")``), so an object has one shape wherever it
 travels.
 
-Timestamps are serialized one way everywhere: ISO 8601 in UTC, as
-``datetime.isoformat()`` writes it (``2026-01-02T03:04:05.123456+00:00``), not
-pydantic's ``Z`` form, which would change the bytes clients have always seen.
+Timestamps are serialized one way everywhere, by the function that writes an
+inbox event's ``created_at`` (``app.event_wire.format_timestamp``): ISO 8601 in
+UTC with microseconds (``2026-01-02T03:04:05.123456+00:00``), not pydantic's
+``Z`` form.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Annotated, Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, PlainSerializer, WithJsonSchema, field_validator
 
 from app.domain.task_states import TaskState
+from app.event_wire import format_timestamp
 
-
-def iso_utc(value: datetime) -> str:
-    """The wire form of an instant (asyncpg returns timestamptz as aware UTC already)."""
-    return value.astimezone(UTC).isoformat()
-
-
-Timestamp = Annotated[datetime, PlainSerializer(iso_utc, return_type=str, when_used="json"),
+Timestamp = Annotated[datetime, PlainSerializer(format_timestamp, return_type=str, when_used="json"),
                       WithJsonSchema({"type": "string", "format": "date-time"})]
 Json = dict[str, Any]
 Parts = list[Json]
@@ -290,11 +286,24 @@ class Membership(Out):
     joined_at: Timestamp
 
 
-# --- inbox (the routes are app/api/inbox.py's; the event itself is a free object) ----
+# --- inbox ---------------------------------------------------------------------------
+# An event's bytes are written by app.event_wire alone (one form on every path);
+# this model only documents that form in /openapi.json.
+
+class InboxEvent(Out):
+    seq: int
+    event_id: str
+    type: str
+    task_id: str | None
+    context_id: str | None
+    from_agent_id: str | None
+    created_at: Timestamp
+    payload: Json
+
 
 class InboxPage(Out):
-    events: list[Json]
-    next_after: int | None
+    events: list[InboxEvent]
+    next_after: int
 
 
 class Acked(Out):

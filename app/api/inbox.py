@@ -7,12 +7,13 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from app.api.deps import agent, body, doc, float_query, int_query, json, state
+from app.responses import Acked, InboxPage
 from app.schemas import AckBody
 from app.services import inbox
 
 
 @doc("Inbox events after a seq (default: your acked cursor); waits up to `wait` seconds "
-     "for the next one", auth="agent", tag="inbox")
+     "for the next one", response=InboxPage, auth="agent", tag="inbox")
 async def read(request: Request) -> Response:
     me = await agent(request)
     s = state(request)
@@ -27,7 +28,7 @@ async def read(request: Request) -> Response:
 
 
 @doc("Acknowledge processing up to seq (monotone; never moves back)", body=AckBody,
-     auth="agent", tag="inbox")
+     response=Acked, auth="agent", tag="inbox")
 async def ack(request: Request) -> Response:
     me = await agent(request)
     data = await body(request, AckBody)

@@ -55,7 +55,7 @@ async def _frames(stream: InboxStream) -> AsyncIterator[bytes]:
 
 
 @doc("The inbox as Server-Sent Events (id = seq); resumes after Last-Event-ID, ?after=, "
-     "or the acked cursor", auth="agent", tag="inbox")
+     "or the acked cursor", media="text/event-stream", auth="agent", tag="inbox")
 async def stream(request: Request) -> Response:
     me = await agent(request)
     s = state(request)

@@ -8,7 +8,7 @@ from typing import Any
 
 import asyncpg
 
-from app.event_wire import encode_event
+from app.event_wire import encode_event, format_timestamp
 
 Conn = asyncpg.Connection | asyncpg.Pool
 
@@ -134,7 +134,7 @@ async def delete_sent_before(conn: Conn, days: float, batch: int) -> int:
 def row_json(row: asyncpg.Record) -> dict[str, Any]:
     return {"id": row["id"], "topic": row["topic"], "key": row["key"],
             "attempts": row["attempts"], "last_error": row["last_error"],
-            "created_at": row["created_at"].isoformat(),
+            "created_at": format_timestamp(row["created_at"]),
             "payload": row["payload"]}
 
 

@@ -11,7 +11,8 @@ from pydantic import ValidationError
 from app.domain import task_states
 from app.domain.permissions import Relationship, can_communicate, implicitly_friends
 from app.errors import Problem
-from app.responses import TaskOut, iso_utc
+from app.event_wire import format_timestamp
+from app.responses import TaskOut
 from app.schemas import StatusChange
 from tests.api_helpers import ALLOWED
 
@@ -97,15 +98,16 @@ def test_implicit_friendship_is_one_rule(same_owner: bool, virtual: bool,
     assert can_communicate(Relationship(False, True, same_owner, virtual))
 
 
-def test_timestamps_are_isoformat_of_the_utc_instant() -> None:
+def test_timestamps_are_the_utc_instant_with_microseconds() -> None:
     utc = datetime(2026, 1, 2, 3, 4, 5, 123456, tzinfo=UTC)
-    assert iso_utc(utc) == utc.isoformat() == "2026-01-02T03:04:05.123456+00:00"
+    assert format_timestamp(utc) == utc.isoformat() == "2026-01-02T03:04:05.123456+00:00"
     # An instant in another zone (a session time zone) is the same instant in UTC.
     elsewhere = utc.astimezone(timezone(timedelta(hours=-5)))
-    assert iso_utc(elsewhere) == utc.isoformat()
+    assert format_timestamp(elsewhere) == utc.isoformat()
     task = TaskOut(task_id="t-1", context_id="c-1", state="working", initiator="a@x",
                    serving_agent="b@x", status_message=None, created_at=elsewhere,
                    updated_at=utc.replace(microsecond=0))
     wire = task.wire()
     assert wire["created_at"] == "2026-01-02T03:04:05.123456+00:00"
-    assert wire["updated_at"] == "2026-01-02T03:04:05+00:00"
+    # Fixed width, as in inbox events: isoformat() alone would drop a zero fraction.
+    assert wire["updated_at"] == "2026-01-02T03:04:05.000000+00:00"
