@@ -5,7 +5,7 @@ recipients through real OS processes (web, outbox relay, push fan-out) over
 real Postgres, Redis and Kafka, injects one fault while the load runs, heals,
 and then counts: every accepted message delivered to its recipient exactly
 once per SSE client, in seq order, nothing left pending, no dead letters.
-Every scenario runs over both buses.
+Every scenario runs over every bus (Kafka, NATS JetStream, Redis Streams).
 """
 
 from __future__ import annotations
@@ -46,10 +46,12 @@ class Procs:
 Fault = Callable[[Procs], Awaitable[None]]
 
 
-@pytest.fixture(params=["kafka", "redis"])
+@pytest.fixture(params=["kafka", "nats", "redis"])
 def bus_settings(request: pytest.FixtureRequest, migrated: Settings, uniq: str) -> Settings:
     if request.param == "kafka" and not migrated.kafka_bootstrap:
         pytest.skip("no Kafka in this environment")
+    if request.param == "nats" and not migrated.nats_url:
+        pytest.skip("no nats-server in this environment (CI fails earlier, in conftest)")
     return migrated.model_copy(update={
         "bus": request.param,
         "bus_topic": f"faults-{uniq}",
@@ -128,7 +130,8 @@ async def kill_relay_mid_batch(procs: Procs) -> None:
 
 async def stop_bus_for_10s(procs: Procs) -> None:
     await wait_accepted(procs, 200)
-    service = procs.stack.kafka if procs.settings.bus_kind == "kafka" else procs.stack.redis
+    service = {"kafka": procs.stack.kafka, "nats": procs.stack.nats,
+               "redis": procs.stack.redis}[procs.settings.bus_kind]
     assert service is not None
     service.stop()
     started = time.monotonic()

@@ -66,7 +66,8 @@ class Relay:
             if not rows:
                 return 0
             results = await self.publisher.publish_batch(
-                [(r["key"], r["payload"].encode()) for r in rows])
+                [(r["key"], r["payload"].encode()) for r in rows],
+                msg_ids=[str(r["id"]) for r in rows])  # NATS: Nats-Msg-Id, broker-side dedup
             sent: list[int] = []
             failed_ids: list[int] = []
             errors: list[str] = []
