@@ -115,7 +115,24 @@ async def scenario(settings: Settings, stack: Stack, db, fault: Fault) -> dict[s
                 await asyncio.sleep(0.2)
         assert by_status.get("failed", 0) == 0, by_status
         assert sum(counts.values()) == TOTAL
+        if settings.bus_kind == "nats":
+            # Broker-side dedup by outbox id: whatever the relay republished
+            # (killed mid-batch, acks lost in the outage), one message per row.
+            assert await nats_stream_messages(settings) == sum(by_status.values())
         return counts
+
+
+async def nats_stream_messages(settings: Settings) -> int:
+    import nats
+
+    from workers.bus_nats import stream_name
+
+    nc = await nats.connect(settings.nats_url)
+    try:
+        info = await nc.jetstream().stream_info(stream_name(settings.bus_topic))
+        return int(info.state.messages)
+    finally:
+        await nc.close()
 
 
 # --- the faults -------------------------------------------------------------------

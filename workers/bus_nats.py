@@ -238,7 +238,8 @@ class NatsPublisher:
                 self._stream_missing = True
                 results[i] = _unavailable(f"no NATS stream answers for {self._topic}.*", exc)
             elif isinstance(exc, APIError) and exc.err_code == 10054:
-                results[i] = _rejected(f"NATS refused the record as too large: {exc}", exc)
+                results[i] = _unavailable(f"NATS refused the record as too large: {exc}", exc,
+                                          RecordRejected)
             else:
                 results[i] = _unavailable(f"NATS refused the record: {exc!r}", exc)
         if duplicates:
@@ -254,14 +255,9 @@ class NatsPublisher:
             log.warning("recreating nats stream %s failed: %r", stream_name(self._topic), exc)
 
 
-def _unavailable(text: str, cause: BaseException) -> BusUnavailable:
-    err = BusUnavailable(text)
-    err.__cause__ = cause
-    return err
-
-
-def _rejected(text: str, cause: BaseException) -> RecordRejected:
-    err = RecordRejected(text)
+def _unavailable(text: str, cause: BaseException,
+                 kind: type[PublishError] = BusUnavailable) -> PublishError:
+    err = kind(text)
     err.__cause__ = cause
     return err
 
