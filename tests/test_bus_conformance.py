@@ -461,3 +461,32 @@ async def test_nats_stream_and_consumer_are_recreated_when_the_stream_vanishes(b
 
     got = await consume(sub, len(second))
     assert [ident(d) for d in got] == [ident(r) for r in second]
+
+
+@pytest.mark.parametrize("bus", ["nats"], indirect=True)
+async def test_nats_a_dead_members_deliveries_come_back_after_ack_wait(bus: Bus) -> None:
+    """NATS only: a member that dies holding deliveries (no NAK, no stop) —
+    the group redelivers them once ``ack_wait`` (= claim_idle, 1 s here) passed."""
+    from prometheus_client import REGISTRY
+
+    def redeliveries() -> float:
+        return REGISTRY.get_sample_value("agent_mesh_nats_redeliveries_total") or 0.0
+
+    keys = [f"agent{i}@{bus.uniq}" for i in range(4)]
+    recs = records(keys, per_key=10)  # 40
+    pub = await bus.publisher()
+    first = await bus.subscriber("first")
+    await publish_all(pub, recs)
+    held = await consume(first, len(recs), commit=False)
+    assert len(held) == len(recs)
+    # kill -9 of the process, as far as the broker can tell: the connection
+    # drops, nothing is acked or handed back.
+    bus.opened.remove(first)
+    await first._nc.close()  # type: ignore[attr-defined]
+    before = redeliveries()
+
+    second = await bus.subscriber("second")
+    again = await consume(second, len(recs))
+
+    assert sorted(ident(d) for d in again) == sorted(ident(r) for r in recs)
+    assert redeliveries() - before == len(recs)
