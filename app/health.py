@@ -101,7 +101,8 @@ async def close_bus_probes() -> None:
 
 async def check_bus(settings: Settings, redis: aioredis.Redis | None = None,
                     max_wait: float = DEFAULT_TIMEOUT) -> Check:
-    """Kafka: a metadata request. Redis Streams: PING on the bus Redis.
+    """Kafka: a metadata request. NATS: connect and JetStream account info.
+    Redis Streams: PING on the bus Redis.
 
     ``redis`` is the bus's Redis client (settings.redis_url); without one a
     short-lived client is made for the probe.
@@ -114,6 +115,15 @@ async def check_bus(settings: Settings, redis: aioredis.Redis | None = None,
             _kafka_metadata(settings.kafka_bootstrap, max_wait, settings.kafka_security_protocol),
             max_wait)
         status["kind"] = "kafka"
+        return status
+    if settings.bus_kind == "nats":
+        if not settings.nats_url:
+            return {"status": "down", "latency_ms": 0.0,
+                    "error": "bus is nats but MESH_NATS_URL is not set"}
+        from workers.bus_nats import probe
+
+        status = await _timed(probe(settings.nats_url, max_wait), max_wait)
+        status["kind"] = "nats"
         return status
     if redis is not None:
         status = await check_redis(redis, max_wait)

@@ -34,6 +34,11 @@ RECONNECTS = Counter(
     "(app/retry.py). A steady rate means a dependency keeps failing.",
     ["component"],
 )
+NATS_REDELIVERIES = Counter(
+    "agent_mesh_nats_redeliveries",
+    "NATS bus: messages the push consumer received again (not acked within ack_wait, "
+    "or handed back by a stopping member).",
+)
 RELAY_BATCHES = Counter(
     "agent_mesh_relay_batches",
     "Outbox batches the relay claimed and published (one transaction each).",

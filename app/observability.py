@@ -233,5 +233,5 @@ def setup_logging(settings: Settings, process: str | None = None) -> None:
     root.addHandler(handler)
     root.setLevel(level)
     # Client libraries log every reconnect at INFO; their warnings still show.
-    for noisy in ("aiokafka", "kafka", "asyncio"):
+    for noisy in ("aiokafka", "kafka", "nats", "asyncio"):
         logging.getLogger(noisy).setLevel(max(level, logging.WARNING))

@@ -22,8 +22,11 @@ class Settings(BaseSettings):
     # "SSL" for brokers that only speak TLS (e.g. Amazon MSK on 9094); the
     # system CA bundle verifies the broker.
     kafka_security_protocol: Literal["PLAINTEXT", "SSL"] = "PLAINTEXT"
-    # "auto": Kafka when kafka_bootstrap is set, else Redis Streams.
-    bus: Literal["auto", "kafka", "redis"] = "auto"
+    # NATS JetStream (MESH_BUS=nats), e.g. nats://127.0.0.1:4222.
+    nats_url: str | None = None
+    # "auto": Kafka when kafka_bootstrap is set, else Redis Streams. NATS only
+    # when asked for by name.
+    bus: Literal["auto", "kafka", "nats", "redis"] = "auto"
     bus_topic: str = "inbox.events"
     # Largest record the relay hands to the bus; a bigger event is dead-lettered
     # at once (it could never be published). Above the 1 MiB body limit because
@@ -83,7 +86,7 @@ class Settings(BaseSettings):
     log_level: str = "INFO"
 
     @property
-    def bus_kind(self) -> Literal["kafka", "redis"]:
+    def bus_kind(self) -> Literal["kafka", "nats", "redis"]:
         if self.bus == "auto":
             return "kafka" if self.kafka_bootstrap else "redis"
         return self.bus

@@ -87,6 +87,10 @@ class Env:
     def kafka(self) -> bool:
         return self.settings.kafka_bootstrap is not None
 
+    @property
+    def nats(self) -> bool:
+        return self.settings.nats_url is not None
+
     def variant(self, **overrides: Any) -> Settings:
         """The bench settings with some fields changed (validated like a process's env)."""
         return Settings(**(self.settings.model_dump() | overrides))
@@ -105,7 +109,7 @@ class Env:
             if proc.proc is not None:
                 parts[name] = (proc.proc.pid, True)
         for name, svc in (("postgres", self.stack.postgres), ("redis", self.stack.redis),
-                          ("kafka", self.stack.kafka)):
+                          ("kafka", self.stack.kafka), ("nats", self.stack.nats)):
             if svc is not None and svc.proc is not None:
                 parts[name] = (svc.proc.pid, True)
         parts["load client"] = (os.getpid(), False)
@@ -124,6 +128,7 @@ def bench_settings(urls: dict[str, str]) -> Settings:
         database_url=urls["MESH_DATABASE_URL"],
         redis_url=urls["MESH_REDIS_URL"],
         kafka_bootstrap=urls.get("MESH_KAFKA_BOOTSTRAP"),
+        nats_url=urls.get("MESH_NATS_URL"),
         jwt_secret="bench-secret-" + "x" * 32,
         # The limiter stays in the request path (its Redis round trip is part of
         # the cost of a send) but never rejects: the bench drives a few agents
@@ -138,7 +143,8 @@ def bench_settings(urls: dict[str, str]) -> Settings:
 async def started(keep: bool = False) -> AsyncIterator[Env]:
     root = Path(tempfile.mkdtemp(prefix="mesh-bench-"))
     env_without_urls = {k: v for k, v in os.environ.items()
-                        if k not in ("MESH_DATABASE_URL", "MESH_REDIS_URL", "MESH_KAFKA_BOOTSTRAP")}
+                        if k not in ("MESH_DATABASE_URL", "MESH_REDIS_URL", "MESH_KAFKA_BOOTSTRAP",
+                                     "MESH_NATS_URL", "MESH_BUS")}
     stack = Stack(root, Ports.ephemeral(), env=env_without_urls)
     urls = stack.start()
     env = Env(root, stack, bench_settings(urls))

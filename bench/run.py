@@ -44,7 +44,8 @@ METHOD = [
     "baseline = `pgbench` running the send's writes on the same database; daemon baseline = a "
     "bare Python interpreter.",
     "Services: embedded Postgres (fsync on, synchronous_commit on), Redis, Kafka (KRaft, one "
-    "node) on ephemeral ports in a temp folder; mesh processes are the Procfile commands "
+    "node), NATS (nats-server -js, file storage; the relay section only) on ephemeral ports "
+    "in a temp folder; mesh processes are the Procfile commands "
     "(uvicorn single worker, outbox relay, push worker) as separate OS processes.",
     "Rate limiting stays on (its Redis call is part of every request) with a limit the load "
     "never reaches.",

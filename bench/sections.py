@@ -250,6 +250,8 @@ async def s_relay(env: Env, ctx: dict, plan: Plan) -> Section:  # type: ignore[t
     probe.close()
     payload = await relay.sample_payload(env.settings.database_url, env.settings.bus_topic)
     buses: list[tuple[str, dict]] = [("kafka", {})] if env.kafka else []  # type: ignore[type-arg]
+    if env.nats:
+        buses.append(("nats", {"bus": "nats"}))
     buses.append(("redis", {"bus": "redis"}))
     runs = []
     for bus, extra in buses:
@@ -266,6 +268,9 @@ async def s_relay(env: Env, ctx: dict, plan: Plan) -> Section:  # type: ignore[t
     if not env.kafka:
         sec.row("events/s to kafka", "not measured", "", "", "≥ 10,000 ev/s",
                 "not measured: no Java/Maven for the embedded Kafka")
+    if not env.nats:
+        sec.row("events/s to nats", "not measured", "", "", "(Kafka target only)",
+                "not measured: no nats-server for the embedded NATS")
     sec.note(f"{plan.relay_rows:,} pending rows of a fresh topic, inserted in one transaction "
              f"(+ NOTIFY); each the {len(payload.encode())}-byte envelope of a real event from "
              "scenario 1, which the relay joins to its inbox row and encodes (ADR 014). "

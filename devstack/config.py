@@ -10,13 +10,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
-from devstack.bus import BOOTSTRAP_VAR, KafkaPolicy
+from devstack.bus import BOOTSTRAP_VAR, NATS_URL_VAR, KafkaPolicy, NatsPolicy
 
 REPO = Path(__file__).resolve().parents[1]
 SERVICE_URL_VARS = {
     "postgres": "MESH_DATABASE_URL",
     "redis": "MESH_REDIS_URL",
     "kafka": BOOTSTRAP_VAR,
+    "nats": NATS_URL_VAR,
 }
 
 
@@ -25,6 +26,7 @@ class Options:
     data_dir: Path
     procfile: Path
     kafka_policy: KafkaPolicy = KafkaPolicy.FALLBACK
+    nats_policy: NatsPolicy = NatsPolicy.OFF
     stop_timeout: float = 15.0
     env: dict[str, str] = field(default_factory=lambda: dict(os.environ))
 
@@ -35,6 +37,7 @@ class Options:
             data_dir=Path(env.get("MESH_DATA_DIR") or REPO / ".mesh").resolve(),
             procfile=Path(env.get("MESH_PROCFILE") or REPO / "Procfile").resolve(),
             kafka_policy=KafkaPolicy.FALLBACK if want_kafka else KafkaPolicy.OFF,
+            nats_policy=NatsPolicy.for_run(env),
             stop_timeout=float(env.get("MESH_STOP_TIMEOUT", "15")),
             env=env,
         )

@@ -21,7 +21,7 @@ import psutil
 from devstack.say import say
 
 # Binaries whose processes may be ours when they work inside our data folder.
-SERVICE_EXES = {"postgres", "redis-server", "java"}
+SERVICE_EXES = {"postgres", "redis-server", "java", "nats-server"}
 RECORDS = "processes"
 
 

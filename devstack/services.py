@@ -28,8 +28,10 @@ class Services:
             ("redis", "external" if s.redis is None else "embedded",
              redact(self.urls["MESH_REDIS_URL"])),
         ]
-        if s.bus is not None:
+        if s.bus is not None and s.bus.kind != "nats":
             rows.append(("kafka", s.bus.how, s.bus.where))
+        if s.nats_how is not None:
+            rows.append(("nats", s.nats_how, self.urls.get("MESH_NATS_URL", "")))
         return rows
 
     def describe(self, data_dir: Path) -> str:
@@ -46,10 +48,12 @@ def start_services(opts: Options) -> Services:
     """Start the embedded services the environment does not replace. On any
     failure or interrupt, whatever was started is stopped again."""
     ports = Ports.fixed()
-    stack = Stack(opts.data_dir, ports, kafka_policy=opts.kafka_policy, env=opts.env)
-    plan = stack.plan()
+    stack = Stack(opts.data_dir, ports, kafka_policy=opts.kafka_policy,
+                  nats_policy=opts.nats_policy, env=opts.env)
+    plan, nats_plan = stack.plan(), stack.plan_nats()
+    wanted = {"kafka": plan.start_kafka, "nats": nats_plan.start}
     embedded = [name for name, var in SERVICE_URL_VARS.items()
-                if not opts.env.get(var) and (name != "kafka" or plan.start_kafka)]
+                if not opts.env.get(var) and wanted.get(name, True)]
     for name in embedded:
         ensure_free(getattr(ports, name), f"the embedded {name}",
                     f"set {SERVICE_URL_VARS[name]} to use that server")

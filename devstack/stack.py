@@ -3,7 +3,8 @@ and the environment (``MESH_*`` URLs) that points the mesh at them.
 
 A URL already present in the environment replaces the embedded service. What
 happens to Kafka (start it, use another, or fall back to Redis Streams) is
-decided in :mod:`devstack.bus`, from the policy the caller gives.
+decided in :mod:`devstack.bus`, from the policies the caller gives; so is
+whether NATS starts.
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from devstack import bus
-from devstack.bus import BusChoice, KafkaPolicy
+from devstack.bus import NATS_URL_VAR, BusChoice, KafkaPolicy, NatsPolicy
 from devstack.kafka import Kafka, java_available
+from devstack.nats import Nats, nats_available
 from devstack.postgres import Postgres
 from devstack.process import ServiceProcess, free_port
 from devstack.redis import Redis
@@ -30,15 +32,17 @@ class Ports:
     redis: int
     kafka: int
     kafka_controller: int
+    nats: int
 
     @classmethod
     def fixed(cls) -> Ports:
         """Stable ports for ``make run`` so the URLs stay the same across restarts."""
-        return cls(postgres=54329, redis=63799, kafka=19092, kafka_controller=19093)
+        return cls(postgres=54329, redis=63799, kafka=19092, kafka_controller=19093,
+                   nats=14222)
 
     @classmethod
     def ephemeral(cls) -> Ports:
-        return cls(free_port(), free_port(), free_port(), free_port())
+        return cls(free_port(), free_port(), free_port(), free_port(), free_port())
 
 
 @dataclass
@@ -46,19 +50,25 @@ class Stack:
     root: Path
     ports: Ports
     kafka_policy: KafkaPolicy = KafkaPolicy.IF_JAVA
+    nats_policy: NatsPolicy = NatsPolicy.IF_AVAILABLE
     env: dict[str, str] = field(default_factory=lambda: dict(os.environ))
     postgres: Postgres | None = None
     redis: Redis | None = None
     kafka: Kafka | None = None
+    nats: Nats | None = None
+    nats_how: str | None = None  # embedded | external, when the stack has NATS
     bus: BusChoice | None = None
     urls: dict[str, str] = field(default_factory=dict)
 
     @property
     def services(self) -> list[ServiceProcess]:
-        return [s for s in (self.postgres, self.redis, self.kafka) if s is not None]
+        return [s for s in (self.postgres, self.redis, self.kafka, self.nats) if s is not None]
 
     def plan(self) -> bus.BusPlan:
         return bus.plan_bus(self.kafka_policy, self.env, java_available())
+
+    def plan_nats(self) -> bus.NatsPlan:
+        return bus.plan_nats(self.nats_policy, self.env, nats_available())
 
     def start(self) -> dict[str, str]:
         """Start what the environment does not provide; return the MESH_* URLs
@@ -75,7 +85,9 @@ class Stack:
             raise
 
     def _start(self) -> dict[str, str]:
-        plan = self.plan()  # before anything starts: a REQUIRED Kafka that cannot run fails fast
+        # Before anything starts: a REQUIRED Kafka or NATS that cannot run fails fast.
+        plan = self.plan()
+        nats_plan = self.plan_nats()
         self.root.mkdir(parents=True, exist_ok=True)
         urls: dict[str, str] = {}
         if self.env.get("MESH_DATABASE_URL"):
@@ -90,12 +102,30 @@ class Stack:
             self.redis = Redis(self.root / "redis", self.ports.redis)
             self.redis.start()
             urls["MESH_REDIS_URL"] = self.redis.url
+        nats_url = self._start_nats(nats_plan)
+        if nats_url is not None:
+            urls[NATS_URL_VAR] = nats_url
         self.bus = self._start_bus(plan)
         urls.update(self.bus.environment())
         self.urls = urls
         return dict(urls)
 
+    def _start_nats(self, plan: bus.NatsPlan) -> str | None:
+        if plan.external is not None:
+            self.nats_how = "external"
+            return plan.external
+        if not plan.start:
+            return None
+        self.nats = Nats(self.root / "nats", self.ports.nats)
+        self.nats.start()
+        self.nats_how = "embedded"
+        return self.nats.url
+
     def _start_bus(self, plan: bus.BusPlan) -> BusChoice:
+        if plan.nats:
+            assert self.nats_how is not None  # plan_nats required it
+            url = self.nats.url if self.nats is not None else self.env[NATS_URL_VAR]
+            return BusChoice("nats", self.nats_how, url, "the bus is NATS JetStream (MESH_BUS=nats)")
         if plan.external is not None:
             return BusChoice("kafka", "external", plan.external)
         if plan.fallback is not None:

@@ -1,10 +1,10 @@
 """Real services for the whole test session.
 
-With ``MESH_DATABASE_URL`` / ``MESH_REDIS_URL`` / ``MESH_KAFKA_BOOTSTRAP`` set,
-those are used; otherwise the embedded stack (devstack) starts real Postgres,
-Redis and Kafka in a temporary folder, removed at the end of the session. In
-CI (``CI=true``) a missing Kafka is an error, never a silent skip
-(``devstack.bus.KafkaPolicy``).
+With ``MESH_DATABASE_URL`` / ``MESH_REDIS_URL`` / ``MESH_KAFKA_BOOTSTRAP`` /
+``MESH_NATS_URL`` set, those are used; otherwise the embedded stack (devstack)
+starts real Postgres, Redis, Kafka and NATS in a temporary folder, removed at the
+end of the session. In CI (``CI=true``) a missing Kafka or nats-server is an
+error, never a silent skip (``devstack.bus.KafkaPolicy``, ``NatsPolicy``).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import redis.asyncio as aioredis
 
 from app.migrate import ensure_database, migrate
 from app.settings import Settings
-from devstack.bus import KafkaPolicy
+from devstack.bus import KafkaPolicy, NatsPolicy
 from devstack.stack import Ports, Stack
 from tests.support import procs
 from tests.support.meshapi import MeshFactory
@@ -56,8 +56,9 @@ def stack() -> Iterator[Stack]:
     """The session's services, in a temporary folder that is removed at the end
     (with the mesh processes' logs, see ``tests.support.procs.LOG_DIR``)."""
     root = Path(tempfile.mkdtemp(prefix="mesh-test-"))
-    s = Stack(root, Ports.ephemeral(),
-              kafka_policy=KafkaPolicy.for_tests(ci=os.environ.get("CI") == "true"))
+    ci = os.environ.get("CI") == "true"
+    s = Stack(root, Ports.ephemeral(), kafka_policy=KafkaPolicy.for_tests(ci=ci),
+              nats_policy=NatsPolicy.for_tests(ci=ci))
     procs.LOG_DIR = root / "logs"
     procs.LOG_DIR.mkdir()
     try:
@@ -70,7 +71,7 @@ def stack() -> Iterator[Stack]:
 
 @pytest.fixture(scope="session")
 def service_urls(stack: Stack) -> dict[str, str]:
-    """MESH_DATABASE_URL, MESH_REDIS_URL and, with Kafka, MESH_KAFKA_BOOTSTRAP."""
+    """MESH_DATABASE_URL, MESH_REDIS_URL and, with Kafka/NATS, MESH_KAFKA_BOOTSTRAP/MESH_NATS_URL."""
     return {k: v for k, v in stack.urls.items() if k != "MESH_BUS"}
 
 
@@ -80,6 +81,7 @@ def base_settings(service_urls: dict[str, str]) -> Settings:
         database_url=service_urls["MESH_DATABASE_URL"],
         redis_url=service_urls["MESH_REDIS_URL"],
         kafka_bootstrap=service_urls.get("MESH_KAFKA_BOOTSTRAP"),
+        nats_url=service_urls.get("MESH_NATS_URL"),
         jwt_secret="test-secret-" + "x" * 32,
         admin_usernames=["admin"],
         relay_retry_base_seconds=0.2,

@@ -1,12 +1,12 @@
-"""One conformance suite for every bus (Kafka, Redis Streams), against real brokers.
+"""One conformance suite for every bus (Kafka, NATS JetStream, Redis Streams), against real brokers.
 
 Each test runs once per implementation with its own topic/stream and group. A
 new bus is done when this file passes for it. Every check counts records; none
 asserts a duration. Waits are polling loops with generous deadlines, because a
 Kafka group join takes seconds on a loaded two-core machine.
 
-The two tests at the end cover behaviour only one implementation has (Kafka
-topic limits, a Redis stream vanishing).
+The tests at the end cover behaviour only one implementation has (Kafka topic
+limits, a Redis stream vanishing, NATS dedup by msg id and a lost stream).
 """
 
 from __future__ import annotations
@@ -62,7 +62,8 @@ class Bus:
         return f"g-{self.uniq}"
 
     def broker(self) -> ServiceProcess:
-        service = self.stack.kafka if self.kind == "kafka" else self.stack.redis
+        service = {"kafka": self.stack.kafka, "nats": self.stack.nats,
+                   "redis": self.stack.redis}[self.kind]
         if service is None:
             pytest.skip(f"{self.kind} comes from the environment; cannot restart it here")
         return service
@@ -84,13 +85,15 @@ class Bus:
         await thing.stop()
 
 
-@pytest.fixture(params=["kafka", "redis"])
+@pytest.fixture(params=["kafka", "nats", "redis"])
 async def bus(
     request: pytest.FixtureRequest, stack: Stack, base_settings: Settings, uniq: str
 ) -> AsyncIterator[Bus]:
     kind: str = request.param
     if kind == "kafka" and not base_settings.kafka_bootstrap:
         pytest.skip("no Kafka in this environment (CI fails earlier, in conftest)")
+    if kind == "nats" and not base_settings.nats_url:
+        pytest.skip("no nats-server in this environment (CI fails earlier, in conftest)")
     settings = _settings(base_settings, bus=kind, bus_topic=f"conformance.{uniq}")
     b = Bus(kind=kind, settings=settings, stack=stack, uniq=uniq)
     try:
@@ -254,7 +257,8 @@ async def test_a_record_over_the_size_limit_fails_alone(bus: Bus) -> None:
 
 async def test_start_fails_clearly_when_the_broker_is_unreachable(bus: Bus) -> None:
     nowhere = f"127.0.0.1:{free_port()}"
-    settings = _settings(bus.settings, kafka_bootstrap=nowhere, redis_url=f"redis://{nowhere}/0")
+    settings = _settings(bus.settings, kafka_bootstrap=nowhere, redis_url=f"redis://{nowhere}/0",
+                         nats_url=f"nats://{nowhere}")
     options = replace(TEST_OPTIONS, connect_timeout=2.0)
     with pytest.raises(BusStartError):
         await create_publisher(settings, options).start()
@@ -370,3 +374,119 @@ async def test_redis_group_is_recreated_when_the_stream_vanishes(bus: Bus) -> No
 
     got = await consume(sub, len(second))
     assert [ident(d) for d in got] == [ident(r) for r in second]
+
+
+def test_nats_subject_tokens_are_safe_and_reversible() -> None:
+    from workers.bus_nats import decode_key, encode_key, stream_name, subject
+
+    for key in ["bob@acme.io", "a_b", "_", "", "x.*>y z", "ünï@c.de", "A-Z09"]:
+        token = encode_key(key)
+        assert decode_key(token) == key
+        assert all(c.isascii() and (c.isalnum() or c in "-_") for c in token), token
+    assert subject("inbox.events", "bob@acme.io") == "inbox.events.bob_40acme_2Eio"
+    assert stream_name("inbox.events") == "MESH_inbox_2Eevents"
+
+
+def test_nats_duplicate_window_outlasts_the_relay_retry_horizon() -> None:
+    from workers.bus import duplicate_window, retry_horizon
+
+    defaults = Settings()
+    horizon = retry_horizon(defaults.relay_retry_base_seconds, defaults.relay_max_attempts)
+    assert horizon == 5 * 1023
+    assert BusOptions.from_settings(defaults).nats_duplicate_window == duplicate_window(
+        defaults.relay_retry_base_seconds, defaults.relay_max_attempts) > horizon
+
+
+async def _nats_stream_messages(bus: Bus) -> int:
+    import nats
+
+    from workers.bus_nats import stream_name
+
+    nc = await nats.connect(bus.settings.nats_url)
+    try:
+        info = await nc.jetstream().stream_info(stream_name(bus.settings.bus_topic))
+        return int(info.state.messages)
+    finally:
+        await nc.close()
+
+
+@pytest.mark.parametrize("bus", ["nats"], indirect=True)
+async def test_nats_stores_a_republished_msg_id_once(bus: Bus) -> None:
+    """NATS only: what a relay does after a crash between publish and "sent"
+    (the same outbox ids again) is acked as a duplicate and stored once."""
+    keys = [f"agent{i}@{bus.uniq}" for i in range(4)]
+    recs = records(keys, per_key=5)  # 20
+    ids = [f"outbox-{i}" for i in range(len(recs))]
+    pub = await bus.publisher()
+    sub = await bus.subscriber("c1")
+
+    assert await pub.publish_batch(recs, msg_ids=ids) == [None] * len(recs)
+    # Republished: acknowledged (a duplicate ack is success), not stored again.
+    assert await pub.publish_batch(recs, msg_ids=ids) == [None] * len(recs)
+    # Without ids the id is the content's: an identical republish is dropped too.
+    assert await pub.publish_batch(recs[:5]) == [None] * 5
+    assert await pub.publish_batch(recs[:5]) == [None] * 5
+    assert await _nats_stream_messages(bus) == len(recs) + 5
+
+    got = await consume(sub, len(recs) + 5)
+    assert sorted(ident(d) for d in got) == sorted(ident(r) for r in [*recs, *recs[:5]])
+
+
+@pytest.mark.parametrize("bus", ["nats"], indirect=True)
+async def test_nats_stream_and_consumer_are_recreated_when_the_stream_vanishes(bus: Bus) -> None:
+    """NATS only: the stream was deleted (NATS lost its data). Publishes fail
+    until the publisher recreates it; the subscriber recreates its consumer."""
+    import nats
+
+    from workers.bus_nats import stream_name
+
+    key = f"agent@{bus.uniq}"
+    pub = await bus.publisher()
+    sub = await bus.subscriber("c1")
+    first = records([key], per_key=5, tag="first")
+    await publish_all(pub, first)
+    assert len(await consume(sub, len(first))) == len(first)
+
+    nc = await nats.connect(bus.settings.nats_url)
+    try:
+        await nc.jetstream().delete_stream(stream_name(bus.settings.bus_topic))
+    finally:
+        await nc.close()
+    second = records([key], per_key=5, tag="second")
+    pending = list(second)
+    async with asyncio.timeout(DEADLINE):
+        while pending:
+            results = await pub.publish_batch(pending)
+            pending = [r for r, res in zip(pending, results, strict=True) if res is not None]
+
+    got = await consume(sub, len(second))
+    assert [ident(d) for d in got] == [ident(r) for r in second]
+
+
+@pytest.mark.parametrize("bus", ["nats"], indirect=True)
+async def test_nats_a_dead_members_deliveries_come_back_after_ack_wait(bus: Bus) -> None:
+    """NATS only: a member that dies holding deliveries (no NAK, no stop) —
+    the group redelivers them once ``ack_wait`` (= claim_idle, 1 s here) passed."""
+    from prometheus_client import REGISTRY
+
+    def redeliveries() -> float:
+        return REGISTRY.get_sample_value("agent_mesh_nats_redeliveries_total") or 0.0
+
+    keys = [f"agent{i}@{bus.uniq}" for i in range(4)]
+    recs = records(keys, per_key=10)  # 40
+    pub = await bus.publisher()
+    first = await bus.subscriber("first")
+    await publish_all(pub, recs)
+    held = await consume(first, len(recs), commit=False)
+    assert len(held) == len(recs)
+    # kill -9 of the process, as far as the broker can tell: the connection
+    # drops, nothing is acked or handed back.
+    bus.opened.remove(first)
+    await first._nc.close()  # type: ignore[attr-defined]
+    before = redeliveries()
+
+    second = await bus.subscriber("second")
+    again = await consume(second, len(recs))
+
+    assert sorted(ident(d) for d in again) == sorted(ident(r) for r in recs)
+    assert redeliveries() - before == len(recs)

@@ -15,7 +15,7 @@ import psutil
 import pytest
 
 from devstack import procfile
-from devstack.bus import BusChoice, KafkaPolicy, failed, plan_bus
+from devstack.bus import BusChoice, KafkaPolicy, NatsPolicy, failed, plan_bus, plan_nats
 from devstack.config import Options, process_env, redact
 from devstack.leftovers import alive, record_process_group, stop_recorded_groups
 from devstack.ports import listening_pid, metrics_ports, web_address
@@ -91,7 +91,33 @@ def test_tests_require_kafka_in_ci_only() -> None:
     assert KafkaPolicy.for_tests(ci=False) is KafkaPolicy.IF_JAVA
 
 
+def test_mesh_bus_nats_makes_run_start_nats_and_no_kafka() -> None:
+    env = {"MESH_BUS": "nats"}
+    assert NatsPolicy.for_run(env) is NatsPolicy.REQUIRED
+    assert NatsPolicy.for_run({}) is NatsPolicy.OFF
+    for policy in (KafkaPolicy.FALLBACK, KafkaPolicy.OFF):
+        plan = plan_bus(policy, env, java=True)
+        assert plan.nats and not plan.start_kafka
+    assert plan_nats(NatsPolicy.REQUIRED, env, binary=True).start
+    # Tests keep their Kafka even with MESH_BUS=nats in the shell.
+    assert plan_bus(KafkaPolicy.IF_JAVA, env, java=True).start_kafka
+
+
+def test_a_nats_url_wins_and_a_required_nats_without_the_binary_fails() -> None:
+    for policy in NatsPolicy:
+        plan = plan_nats(policy, {"MESH_NATS_URL": "nats://n:4222"}, binary=False)
+        assert plan.external == "nats://n:4222" and not plan.start
+    with pytest.raises(RuntimeError, match="nats-server"):
+        plan_nats(NatsPolicy.REQUIRED, {}, binary=False)
+    assert not plan_nats(NatsPolicy.IF_AVAILABLE, {}, binary=False).start
+    assert not plan_nats(NatsPolicy.OFF, {}, binary=True).start
+    assert NatsPolicy.for_tests(ci=True) is NatsPolicy.REQUIRED
+    assert NatsPolicy.for_tests(ci=False) is NatsPolicy.IF_AVAILABLE
+
+
 def test_the_processes_are_told_which_bus() -> None:
+    assert BusChoice("nats", "embedded", "nats://127.0.0.1:1").environment() == {
+        "MESH_BUS": "nats", "MESH_NATS_URL": "nats://127.0.0.1:1"}
     assert BusChoice("kafka", "embedded", "127.0.0.1:1").environment() == {
         "MESH_KAFKA_BOOTSTRAP": "127.0.0.1:1"}
     gone = failed("java.lang.OutOfMemoryError\n\tat ...", "/x/kafka.log")

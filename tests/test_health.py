@@ -165,3 +165,16 @@ async def test_readyz_endpoint_reports_every_dependency(gateway: str) -> None:
     body = response.json()
     assert body["status"] == "ok"
     assert set(body["checks"]) == {"postgres", "redis", "bus"}
+
+
+async def test_nats_bus_is_jetstream_account_info(migrated: Settings) -> None:
+    if not migrated.nats_url:
+        pytest.skip("no nats-server in this environment (CI fails earlier, in conftest)")
+    check = await check_bus(with_(migrated, bus="nats"))
+    assert_ok(check)
+    assert check["kind"] == "nats"
+    dead = with_(migrated, bus="nats", nats_url=f"nats://127.0.0.1:{free_port()}")
+    check = await check_bus(dead, max_wait=2.0)
+    assert check["status"] == "down" and check["kind"] == "nats" and check["error"]
+    missing = with_(migrated, bus="nats", nats_url=None)
+    assert (await check_bus(missing))["error"].startswith("bus is nats but")

@@ -1,11 +1,12 @@
 """The message bus between the outbox relay and the push fan-out.
 
-One small interface, two implementations: Kafka (:mod:`workers.bus_kafka`) for
-production and Redis Streams (:mod:`workers.bus_redis`) for embedded and small
-deployments. Both pass ``tests/test_bus_conformance.py``; a new bus is done when
-that suite passes. See ``docs/decisions/002-bus-interface.md``.
+One small interface, three implementations: Kafka (:mod:`workers.bus_kafka`) for
+production, NATS JetStream (:mod:`workers.bus_nats`) for teams that run NATS, and
+Redis Streams (:mod:`workers.bus_redis`) for embedded and small deployments. All
+pass ``tests/test_bus_conformance.py``; a new bus is done when that suite passes.
+See ``docs/decisions/002-bus-interface.md``.
 
-Contract, for both implementations:
+Contract, for every implementation:
 
 * A record is ``(key, value)``: ``key`` is the recipient ``agent_id`` and decides
   the order domain (records with one key are delivered in publish order),
@@ -97,6 +98,12 @@ class BusOptions:
     claim_interval: float = 5.0
     # Kafka: "PLAINTEXT" or "SSL".
     security_protocol: str = "PLAINTEXT"
+    # NATS: how long the stream remembers a Nats-Msg-Id and drops a repeat.
+    # from_settings() sets it above the relay's retry horizon; this default
+    # (2 h) is above the horizon of the default settings (95 min).
+    nats_duplicate_window: float = 7200.0
+    # NATS: unacked messages the push consumer group may hold at once.
+    nats_max_ack_pending: int = 20_000
 
     @classmethod
     def from_settings(cls, settings: Settings, **overrides: object) -> BusOptions:
@@ -104,9 +111,30 @@ class BusOptions:
         values: dict[str, object] = {
             "max_record_bytes": settings.bus_max_record_bytes,
             "security_protocol": settings.kafka_security_protocol,
+            "nats_duplicate_window": duplicate_window(settings.relay_retry_base_seconds,
+                                                      settings.relay_max_attempts),
         }
         values.update(overrides)
         return cls(**values)  # type: ignore[arg-type]
+
+
+# Added to the retry horizon: publish timeouts and the relay's bus back-off
+# (capped at 15 s) between attempts, with room to spare.
+DUPLICATE_WINDOW_MARGIN = 600.0
+
+
+def retry_horizon(base_seconds: float, max_attempts: int) -> float:
+    """Longest time between the first and the last publish of one outbox row:
+    the sum of its back-offs ``base·2^attempts``. Counted for every attempt up
+    to ``max_attempts`` (the last one dead-letters instead of waiting), so this
+    errs long. Defaults: 5 s · (2^10 − 1) = 5,115 s."""
+    return base_seconds * (2 ** max_attempts - 1)
+
+
+def duplicate_window(base_seconds: float, max_attempts: int) -> float:
+    """The NATS stream's duplicate window: the retry horizon plus a margin, so a
+    row republished by any retry is still recognised (defaults: 5,715 s)."""
+    return retry_horizon(base_seconds, max_attempts) + DUPLICATE_WINDOW_MARGIN
 
 
 class Publisher(Protocol):
@@ -117,10 +145,12 @@ class Publisher(Protocol):
         """Release connections; bounded even while the broker is down."""
 
     async def publish_batch(
-        self, records: Sequence[tuple[str, bytes]]
+        self, records: Sequence[tuple[str, bytes]], msg_ids: Sequence[str] | None = None
     ) -> list[PublishError | None]:
         """Publish ``(key, value)`` records; one result per record, in order
-        (``None`` = acknowledged). Never raises for broker or record problems."""
+        (``None`` = acknowledged). Never raises for broker or record problems.
+        ``msg_ids`` (one per record: the outbox row id) lets a bus with
+        broker-side dedup (NATS) store a republished record once; others ignore it."""
         ...
 
 
@@ -157,6 +187,10 @@ def record_too_large(key: str, value: bytes, limit: int) -> RecordRejected | Non
 def create_publisher(settings: Settings, options: BusOptions | None = None) -> Publisher:
     """The publisher for ``settings.bus_kind`` on ``settings.bus_topic``. Call ``start()``."""
     options = options or BusOptions.from_settings(settings)
+    if settings.bus_kind == "nats":
+        from workers.bus_nats import NatsPublisher
+
+        return NatsPublisher(_nats_url(settings), settings.bus_topic, options)
     if settings.bus_kind == "kafka":
         from workers.bus_kafka import KafkaPublisher
 
@@ -174,6 +208,11 @@ def create_subscriber(
     """A member ``consumer_name`` of consumer ``group`` on ``settings.bus_topic``.
     ``consumer_name`` should be unique per process (e.g. host + pid)."""
     options = options or BusOptions.from_settings(settings)
+    if settings.bus_kind == "nats":
+        from workers.bus_nats import NatsSubscriber
+
+        return NatsSubscriber(_nats_url(settings), settings.bus_topic, group, consumer_name,
+                              options)
     if settings.bus_kind == "kafka":
         from workers.bus_kafka import KafkaSubscriber
 
@@ -185,3 +224,9 @@ def create_subscriber(
     from workers.bus_redis import RedisSubscriber
 
     return RedisSubscriber(settings.redis_url, settings.bus_topic, group, consumer_name, options)
+
+
+def _nats_url(settings: Settings) -> str:
+    if not settings.nats_url:
+        raise ValueError("bus is 'nats' but MESH_NATS_URL is not set")
+    return settings.nats_url

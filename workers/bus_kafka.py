@@ -194,8 +194,9 @@ class KafkaPublisher:
         return producer
 
     async def publish_batch(
-        self, records: Sequence[tuple[str, bytes]]
+        self, records: Sequence[tuple[str, bytes]], msg_ids: Sequence[str] | None = None
     ) -> list[PublishError | None]:
+        # msg_ids: unused, duplicates are dropped by the consumers' seq check.
         results: list[PublishError | None] = [None] * len(records)
         todo: list[int] = []
         for i, (key, value) in enumerate(records):

@@ -90,8 +90,9 @@ class RedisPublisher:
             await client.aclose()
 
     async def publish_batch(
-        self, records: Sequence[tuple[str, bytes]]
+        self, records: Sequence[tuple[str, bytes]], msg_ids: Sequence[str] | None = None
     ) -> list[PublishError | None]:
+        # msg_ids: unused, duplicates are dropped by the consumers' seq check.
         if self._client is None:
             raise RuntimeError("RedisPublisher.start() was not called (or stop() was)")
         results: list[PublishError | None] = [None] * len(records)

@@ -97,9 +97,11 @@ class Relay:
         """Publish each row's bus value. A row that has none fails for good (it
         can never become publishable) instead of failing the batch; the rest flow on."""
         values = [_bus_value(r) for r in rows]
-        records = [(r["key"], v) for r, v in zip(rows, values, strict=True)
-                   if isinstance(v, bytes)]
-        published = iter(await self.publisher.publish_batch(records) if records else [])
+        ok = [(r, v) for r, v in zip(rows, values, strict=True) if isinstance(v, bytes)]
+        # The outbox id travels as the record's message id (NATS: Nats-Msg-Id, so
+        # the broker itself drops a republished row).
+        published = iter(await self.publisher.publish_batch(
+            [(r["key"], v) for r, v in ok], msg_ids=[str(r["id"]) for r, _ in ok]) if ok else [])
         return [next(published) if isinstance(v, bytes) else v for v in values]
 
     async def drain(self) -> int:
