@@ -38,13 +38,14 @@ async def follow(c: MeshCall, task_id: str, read_task: TaskReader) -> AsyncGener
         yield mapping.task(detail, seq=current)
         last = current if c.resume_after is None else c.resume_after
         ended = mapping.is_terminal(detail["state"])
+        # The state as of ``last``, which messages replayed after it report as theirs.
+        state = await inbox_store.task_state_at(s.pool, me, task_id, last) or "submitted"
         while True:
             rows = await inbox_store.task_events_after(s.pool, me, task_id, last, BATCH)
             for row in rows:
                 last = int(row["seq"])
-                event, state = mapping.stream_event(row)
-                if state is not None and mapping.is_terminal(state):
-                    ended = True
+                event, state = mapping.stream_event(row, state)
+                ended = ended or mapping.is_terminal(state)
                 if event is not None:
                     yield event
             if len(rows) == BATCH:

@@ -172,29 +172,32 @@ def _event(body: dict[str, Any]) -> Event:
     return response.ListFields()[0][1]  # type: ignore[no-any-return]
 
 
-def stream_event(event: Mapping[str, Any]) -> tuple[Event | None, str | None]:
-    """An inbox event (its wire JSON) as an A2A stream event carrying its seq, and
-    the task state it leaves behind (None when it does not change it)."""
+def stream_event(event: Mapping[str, Any], state: str) -> tuple[Event | None, str]:
+    """An inbox event (an ``inbox_events`` row) as an A2A stream event carrying its
+    seq, given the task ``state`` before it; returns the state after it.
+
+    A message from the other side is a status update holding the message, not a
+    bare Message: in an A2A stream a Message is the final answer and ends it.
+    """
     kind, payload, seq = event["type"], event["payload"], event["seq"]
     meta = {SEQ_KEY: seq, "agent-mesh.event_id": event["event_id"]}
     base = {"taskId": event["task_id"], "contextId": event["context_id"], "metadata": meta}
+    status: dict[str, Any] = {"timestamp": _stamp(event["created_at"])}
     if kind in ("task.message", "task.created"):
-        body = message_json(payload["message"])
-        body["metadata"].update(meta)
-        return _event({"message": body}), None
+        status.update(state=TaskState.Name(state_to_a2a(state)),
+                      message=message_json(payload["message"]))
+        return _event({"statusUpdate": {**base, "status": status}}), state
     if kind in ("task.status", "task.timeout"):
         state = payload["state"]
-        snapshot = payload.get("task") or {}
         message = payload.get("message")
-        status: dict[str, Any] = {"state": TaskState.Name(state_to_a2a(state)),
-                                  "timestamp": _stamp(snapshot.get("updated_at") or event["created_at"])}
+        status["state"] = TaskState.Name(state_to_a2a(state))
         if isinstance(message, dict) and message.get("message_id"):
             status["message"] = message_json(message)
         return _event({"statusUpdate": {**base, "status": status}}), state
     if kind == "task.artifact":
         update = {**base, "artifact": artifact_json(payload["artifact"]), "lastChunk": True}
-        return _event({"artifactUpdate": update}), None
-    return None, None
+        return _event({"artifactUpdate": update}), state
+    return None, state
 
 
 def message_from_a2a(msg: Message) -> dict[str, Any]:

@@ -69,3 +69,13 @@ async def last_task_seq(conn: Conn, agent_id: str, task_id: str) -> int:
         "SELECT max(seq) FROM inbox_events WHERE agent_id = $1 AND task_id = $2",
         agent_id, task_id)
     return int(value or 0)
+
+
+async def task_state_at(conn: Conn, agent_id: str, task_id: str, upto_seq: int) -> str | None:
+    """The task state the newest status event up to ``upto_seq`` in this agent's
+    inbox left behind (None: no status event yet)."""
+    value = await conn.fetchval(
+        "SELECT payload->>'state' FROM inbox_events WHERE agent_id = $1 AND task_id = $2 "
+        "AND seq <= $3 AND type IN ('task.status', 'task.timeout') ORDER BY seq DESC LIMIT 1",
+        agent_id, task_id, upto_seq)
+    return None if value is None else str(value)
