@@ -16,7 +16,7 @@ from a2a.types.a2a_pb2 import (
     TaskState,
 )
 from a2a.utils.errors import (
-    InvalidRequestError,
+    InvalidParamsError,
     TaskNotCancelableError,
     TaskNotFoundError,
     UnsupportedOperationError,
@@ -186,5 +186,23 @@ async def test_cancel_and_api_key_auth(gateway: str, mesh: MeshFactory) -> None:
 async def test_invalid_messages_are_invalid_params(gateway: str, mesh: MeshFactory) -> None:
     a, b = await mesh.pair()
     async with a2a_client(gateway, b.agent_id, a.headers, streaming=False) as client:
-        with pytest.raises(InvalidRequestError.__mro__[1]):  # any A2A error, not a 500
+        with pytest.raises(InvalidParamsError, match="message_id"):
             [_ async for _ in client.send_message(text_message("x", message_id="!bad id"))]
+        with pytest.raises(InvalidParamsError, match="NUL"):
+            [_ async for _ in client.send_message(text_message("nul \x00 here"))]
+
+
+async def test_v03_method_names_on_the_same_endpoint(gateway: str, mesh: MeshFactory) -> None:
+    a, b = await mesh.pair()
+    body = {"jsonrpc": "2.0", "id": 1, "method": "message/send", "params": {"message": {
+        "kind": "message", "messageId": "m-v03-" + b.agent_id[2:10], "role": "user",
+        "parts": [{"kind": "text", "text": "old client"}]}}}
+    r = await a.post(f"/a2a/{b.agent_id}", body)
+    assert r.status_code == 200, r.text
+    task = r.json()["result"]
+    assert task["kind"] == "task" and task["status"]["state"] == "submitted"
+    r = await a.post(f"/a2a/{b.agent_id}", {"jsonrpc": "2.0", "id": 2, "method": "tasks/get",
+                                            "params": {"id": task["id"]}})
+    assert r.json()["result"]["history"][0]["parts"] == [{"kind": "text", "text": "old client"}]
+    ev = await _first_event(b, "task.created")
+    assert ev["task_id"] == task["id"]

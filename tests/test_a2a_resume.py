@@ -113,3 +113,18 @@ async def test_a_resumed_subscription_of_a_finished_task_replays_what_was_missed
                       TaskState.TASK_STATE_COMPLETED]
     assert events[1].status_update.status.message.parts[0].text == "done already"
     assert [seq_of(e) for e in events[1:]] == sorted({seq_of(e) for e in events[1:]})
+
+
+async def test_revoking_the_callers_key_ends_its_stream(gateway: str, mesh: MeshFactory) -> None:
+    alice = await mesh.owner()
+    a = await alice.agent("a")
+    b = await (await mesh.owner()).agent("b")
+    await mesh.befriend(a, b)
+    async with asyncio.timeout(60), a2a_client(gateway, b.agent_id, a.headers) as client:
+        stream = client.send_message(text_message("long job"))
+        await anext(stream)
+        await b.reply((await a.get("/v1/mesh/tasks")).json()["tasks"][0]["task_id"], "on it")
+        assert (await anext(stream)).status_update.status.message.parts[0].text == "on it"
+        r = await alice.delete(f"/v1/agents/{a.agent_id}/keys/{a.key_id}")
+        assert r.status_code == 204, r.text
+        assert [e async for e in stream] == []  # ended by the revocation, not by a timeout

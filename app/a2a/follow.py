@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from a2a.server.events.event_queue import Event
 
 from app.a2a import mapping
+from app.services import accounts
 from app.store import inbox as inbox_store
 
 if TYPE_CHECKING:
@@ -54,6 +55,11 @@ async def follow(c: MeshCall, task_id: str, read_task: TaskReader) -> AsyncGener
                 return  # a terminal task takes no more messages: nothing else will come
             if c.me.expires_at is not None and c.me.expires_at <= time.time():
                 return  # the client reconnects with a fresh token and Last-Event-ID
-            if not await waiter.wait(s.settings.sse_recheck_seconds):
+            woke = await waiter.wait(s.settings.sse_recheck_seconds)
+            if waiter.auth_changed:  # a key revoked or the agent deleted: end at once
+                waiter.auth_changed = False
+                if not await accounts.still_valid(s.pool, c.me):
+                    return
+            if not woke:
                 # Quiet: the caller's own cancel reaches only the other inbox, so look.
                 ended = mapping.is_terminal((await read_task(c, task_id))["state"])
