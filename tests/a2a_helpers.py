@@ -16,11 +16,12 @@ SEQ_KEY = "agent-mesh.seq"
 
 @contextlib.asynccontextmanager
 async def a2a_client(gateway: str, agent_id: str, headers: dict[str, str], *,
-                     streaming: bool = True) -> AsyncIterator[Client]:
+                     streaming: bool = True, binding: str = "JSONRPC") -> AsyncIterator[Client]:
     async with httpx.AsyncClient(headers=headers, timeout=60) as http:
         card = await A2ACardResolver(http, f"{gateway}/a2a/{agent_id}").get_agent_card()
-        client = ClientFactory(ClientConfig(httpx_client=http, streaming=streaming)).create(card)
-        yield client
+        config = ClientConfig(httpx_client=http, streaming=streaming,
+                              supported_protocol_bindings=[binding])
+        yield ClientFactory(config).create(card)
 
 
 def text_message(text: str, *, message_id: str | None = None,

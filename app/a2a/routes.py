@@ -4,10 +4,13 @@ talk to the agent before the SDK's dispatcher parses and answers the call."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 from a2a.server.context import ServerCallContext
 from a2a.server.request_handlers.response_helpers import agent_card_to_dict
 from a2a.server.routes.common import DefaultServerCallContextBuilder
 from a2a.server.routes.jsonrpc_dispatcher import JsonRpcDispatcher
+from a2a.server.routes.rest_routes import create_rest_routes
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
@@ -71,14 +74,34 @@ dispatcher = JsonRpcDispatcher(MeshRequestHandler(), context_builder=MeshContext
                                enable_v0_3_compat=True)
 
 
-async def rpc(request: Request) -> Response:
-    me = await caller(request)
-    target = request.path_params["agent_id"]
-    # The endpoint is the agent: a caller that may not talk to it (404 unknown,
-    # 403 stranger) is refused at the door, as A2A's HTTP bindings say.
-    await tasks.check_can_message(deps.state(request).pool, me.agent_id, target)
-    request.scope["mesh.a2a.resume_after"] = _resume_after(request)
-    return await dispatcher.handle_requests(request)
+Endpoint = Callable[[Request], Awaitable[Response]]
+
+
+def guarded(endpoint: Endpoint) -> Endpoint:
+    """Authenticate the caller and check it may talk to the endpoint's agent —
+    the endpoint is the agent: 401, 404 unknown, 403 stranger, at the door, as
+    A2A's HTTP bindings say — then let the SDK answer."""
+    async def guard(request: Request) -> Response:
+        me = await caller(request)
+        await tasks.check_can_message(deps.state(request).pool, me.agent_id,
+                                      request.path_params["agent_id"])
+        request.scope["mesh.a2a.resume_after"] = _resume_after(request)
+        return await endpoint(request)
+    return guard
+
+
+def rest_routes() -> list[BaseRoute]:
+    """The SDK's HTTP+JSON binding under the same URL (``/a2a/{id}/message:send``,
+    ``/tasks/{id}``, …), each route behind the same guard. Its multi-tenant mount
+    (``/{tenant}/…``) is left out: the agent_id in the path is the tenant."""
+    sdk = create_rest_routes(MeshRequestHandler(), context_builder=MeshContextBuilder(),
+                             enable_v0_3_compat=True, path_prefix=REST_PREFIX)
+    return [Route(r.path, guarded(r.endpoint), methods=list(r.methods or ()))
+            for r in sdk if isinstance(r, Route)]
+
+
+REST_PREFIX = "/a2a/{agent_id}"
+rpc = guarded(dispatcher.handle_requests)
 
 
 def _card_response(agent_card: card.AgentCard) -> Response:
@@ -99,4 +122,5 @@ routes: list[BaseRoute] = [
     Route("/.well-known/agent-card.json", gateway_card, methods=["GET"]),
     Route("/a2a/{agent_id}/.well-known/agent-card.json", agent_card, methods=["GET"]),
     Route("/a2a/{agent_id}", rpc, methods=["POST"]),
+    *rest_routes(),
 ]
