@@ -17,6 +17,7 @@ from a2a.types.a2a_pb2 import (
 )
 from a2a.utils.errors import (
     InvalidParamsError,
+    InvalidRequestError,
     TaskNotCancelableError,
     TaskNotFoundError,
     UnsupportedOperationError,
@@ -124,6 +125,9 @@ async def test_a_retried_message_id_is_one_mesh_message(gateway: str,
         for _ in range(3):
             [sent] = [e async for e in client.send_message(request)]
             tasks.add(sent.task.id)
+        other = text_message("other content", message_id=request.message.message_id)
+        with pytest.raises(InvalidRequestError, match="already used for different content"):
+            [_ async for _ in client.send_message(other)]
     assert len(tasks) == 1
     r = await a.get("/v1/mesh/tasks")
     assert [t["task_id"] for t in r.json()["tasks"]] == list(tasks)
