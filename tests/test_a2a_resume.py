@@ -128,3 +128,4 @@ async def test_revoking_the_callers_key_ends_its_stream(gateway: str, mesh: Mesh
         r = await alice.delete(f"/v1/agents/{a.agent_id}/keys/{a.key_id}")
         assert r.status_code == 204, r.text
         assert [e async for e in stream] == []  # ended by the revocation, not by a timeout
+

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from a2a.server.events.event_queue import Event
 
 from app.a2a import mapping
+from app.metrics import A2A_STREAMS
 from app.services import accounts
 from app.store import inbox as inbox_store
 
@@ -29,6 +30,16 @@ TaskReader = Callable[["MeshCall", str], Awaitable[dict[str, Any]]]
 
 
 async def follow(c: MeshCall, task_id: str, read_task: TaskReader) -> AsyncGenerator[Event]:
+    with A2A_STREAMS.track_inprogress():
+        inner = _follow(c, task_id, read_task)
+        try:
+            async for event in inner:
+                yield event
+        finally:  # a dropped client: leave the hub now, not when collected
+            await inner.aclose()
+
+
+async def _follow(c: MeshCall, task_id: str, read_task: TaskReader) -> AsyncGenerator[Event]:
     s = c.state
     me = c.me.agent_id
     # Registered before the first read, so no notice slips between read and wait.
@@ -53,9 +64,12 @@ async def follow(c: MeshCall, task_id: str, read_task: TaskReader) -> AsyncGener
                 continue
             if ended:
                 return  # a terminal task takes no more messages: nothing else will come
-            if c.me.expires_at is not None and c.me.expires_at <= time.time():
-                return  # the client reconnects with a fresh token and Last-Event-ID
-            woke = await waiter.wait(s.settings.sse_recheck_seconds)
+            left = s.settings.sse_recheck_seconds
+            if c.me.expires_at is not None:
+                left = min(left, c.me.expires_at - time.time())
+                if left <= 0:
+                    return  # the client reconnects with a fresh token and Last-Event-ID
+            woke = await waiter.wait(left)
             if waiter.auth_changed:  # a key revoked or the agent deleted: end at once
                 waiter.auth_changed = False
                 if not await accounts.still_valid(s.pool, c.me):
