@@ -210,3 +210,14 @@ async def test_v03_method_names_on_the_same_endpoint(gateway: str, mesh: MeshFac
     assert r.json()["result"]["history"][0]["parts"] == [{"kind": "text", "text": "old client"}]
     ev = await _first_event(b, "task.created")
     assert ev["task_id"] == task["id"]
+
+
+async def test_required_fields_are_checked(gateway: str, mesh: MeshFactory) -> None:
+    a, b = await mesh.pair()
+    body = {"jsonrpc": "2.0", "id": 7, "method": "SendMessage", "params": {"message": {
+        "role": "ROLE_USER", "parts": [{"text": "no id"}]}}}
+    r = await a.http.post(f"/a2a/{b.agent_id}", json=body,
+                          headers={**a.headers, "A2A-Version": "1.0"})
+    assert r.status_code == 200, r.text
+    assert r.json()["error"]["code"] == -32602, r.text  # invalid params
+    assert "task.created" not in [e["type"] for e in (await b.inbox())["events"]]

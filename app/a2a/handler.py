@@ -17,7 +17,10 @@ from typing import Any
 
 from a2a.server.context import ServerCallContext
 from a2a.server.events.event_queue import Event
-from a2a.server.request_handlers.request_handler import RequestHandler
+from a2a.server.request_handlers.request_handler import (
+    RequestHandler,
+    validate_request_params,
+)
 from a2a.types.a2a_pb2 import (
     AgentCard,
     CancelTaskRequest,
@@ -121,6 +124,7 @@ class MeshRequestHandler(RequestHandler):
                                                  wakeup=s.wakeup)
             return created.task_id
 
+    @validate_request_params  # the spec's required fields (messageId, parts, …)
     async def on_message_send(self, params: SendMessageRequest,
                               context: ServerCallContext) -> Task | Message:
         # Answered at once, whatever the configuration asks: the serving agent may be
@@ -131,6 +135,7 @@ class MeshRequestHandler(RequestHandler):
             if params.configuration.HasField("history_length") else None
         return mapping.task(await self._task_json(c, task_id), history_length=history)
 
+    @validate_request_params
     async def on_message_send_stream(self, params: SendMessageRequest,
                                      context: ServerCallContext) -> AsyncGenerator[Event]:
         c = _call(context)
@@ -138,6 +143,7 @@ class MeshRequestHandler(RequestHandler):
         async for event in follow(c, task_id, self._task_json):
             yield event
 
+    @validate_request_params
     async def on_subscribe_to_task(self, params: SubscribeToTaskRequest,
                                    context: ServerCallContext) -> AsyncGenerator[Event]:
         c = _call(context)
@@ -151,11 +157,13 @@ class MeshRequestHandler(RequestHandler):
         async for event in follow(c, params.id, self._task_json):
             yield event
 
+    @validate_request_params
     async def on_get_task(self, params: GetTaskRequest, context: ServerCallContext) -> Task:
         c = _call(context)
         history = params.history_length if params.HasField("history_length") else None
         return mapping.task(await self._task_json(c, params.id), history_length=history)
 
+    @validate_request_params
     async def on_list_tasks(self, params: ListTasksRequest,
                             context: ServerCallContext) -> ListTasksResponse:
         c = _call(context)
@@ -169,6 +177,7 @@ class MeshRequestHandler(RequestHandler):
         return ListTasksResponse(tasks=found, next_page_token=page.next_cursor or "",
                                  page_size=size, total_size=len(found))
 
+    @validate_request_params
     async def on_cancel_task(self, params: CancelTaskRequest,
                              context: ServerCallContext) -> Task:
         c = _call(context)
