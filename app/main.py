@@ -18,6 +18,7 @@ from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, R
 from starlette.routing import BaseRoute, Route
 
 from app import db, health, openapi
+from app.a2a import routes as a2a_routes
 from app.api import admin, auth, inbox, mesh, owners, sse, tasks, timeline
 from app.api.deps import State, state
 from app.errors import Problem, handle_http, handle_problem, handle_unexpected, handle_validation
@@ -96,6 +97,7 @@ def create_app(settings: Settings | None = None) -> Starlette:
         Route("/metrics", metrics, methods=["GET"]),
         Route("/openapi.json", openapi_json, methods=["GET"]),
         Route("/docs", docs, methods=["GET"]),
+        *a2a_routes.routes,
     ]
     app = Starlette(
         routes=routes,

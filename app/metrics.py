@@ -80,3 +80,7 @@ SSE_GAP_FILLS = Counter(
     "agent_mesh_sse_gap_fills",
     "Holes in an agent's Redis stream that an SSE reader filled from Postgres.",
 )
+A2A_STREAMS = Gauge(
+    "agent_mesh_a2a_streams",
+    "Open A2A task streams (SendStreamingMessage, SubscribeToTask) in this process.",
+)

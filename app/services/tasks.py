@@ -157,11 +157,12 @@ def _receipt(row: Any) -> Receipt:
 
 
 async def list_tasks(pool: asyncpg.Pool, me: Agent, *, state: str | None,
-                     context_id: str | None, cursor: str | None, limit: int) -> TaskPage:
+                     context_id: str | None, cursor: str | None, limit: int,
+                     peer: str | None = None) -> TaskPage:
     before = decode_cursor(cursor) if cursor else None
     rows = await tasks_store.list_for_agent(pool, me.agent_id, state=state,
                                             context_id=context_id, before=before,
-                                            limit=limit + 1)
+                                            limit=limit + 1, peer=peer)
     page = rows[:limit]
     next_cursor = encode_cursor(page[-1]) if len(rows) > limit else None
     return TaskPage(tasks=[TaskOut.of(r) for r in page], next_cursor=next_cursor)

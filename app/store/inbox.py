@@ -52,3 +52,30 @@ async def receipts(conn: Conn, agent_id: str, seqs: list[int]) -> dict[int, asyn
         "JOIN agents a ON a.agent_id = e.agent_id WHERE e.agent_id = $1 AND e.seq = ANY($2::bigint[])",
         agent_id, seqs)
     return {r["seq"]: r for r in rows}
+
+
+async def task_events_after(conn: Conn, agent_id: str, task_id: str, after_seq: int,
+                            limit: int) -> list[asyncpg.Record]:
+    """One task's events in one agent's inbox after ``after_seq``, oldest first
+    (the A2A per-task stream, ADR 017)."""
+    return await conn.fetch(
+        _SELECT + f"WHERE agent_id = $1 AND task_id = $3 AND seq > {_FLOORED} "
+        "ORDER BY seq LIMIT $4", agent_id, after_seq, task_id, limit)
+
+
+async def last_task_seq(conn: Conn, agent_id: str, task_id: str) -> int:
+    """The newest seq of one task's events in one agent's inbox (0: none yet)."""
+    value = await conn.fetchval(
+        "SELECT max(seq) FROM inbox_events WHERE agent_id = $1 AND task_id = $2",
+        agent_id, task_id)
+    return int(value or 0)
+
+
+async def task_state_at(conn: Conn, agent_id: str, task_id: str, upto_seq: int) -> str | None:
+    """The task state the newest status event up to ``upto_seq`` in this agent's
+    inbox left behind (None: no status event yet)."""
+    value = await conn.fetchval(
+        "SELECT payload->>'state' FROM inbox_events WHERE agent_id = $1 AND task_id = $2 "
+        "AND seq <= $3 AND type IN ('task.status', 'task.timeout') ORDER BY seq DESC LIMIT 1",
+        agent_id, task_id, upto_seq)
+    return None if value is None else str(value)

@@ -93,10 +93,15 @@ async def artifacts(conn: Conn, task_id: str) -> list[asyncpg.Record]:
 
 
 async def list_for_agent(conn: Conn, agent_id: str, *, state: str | None, context_id: str | None,
-                         before: tuple[datetime, str] | None, limit: int) -> list[asyncpg.Record]:
-    """Tasks the agent takes part in, newest first, keyset-paginated."""
+                         before: tuple[datetime, str] | None, limit: int,
+                         peer: str | None = None) -> list[asyncpg.Record]:
+    """Tasks the agent takes part in, newest first, keyset-paginated; ``peer``
+    keeps those with that agent on the other side."""
     args: list[Any] = [agent_id]
     where = ["(initiator = $1 OR serving_agent = $1)"]
+    if peer is not None:
+        args.append(peer)
+        where.append(f"(initiator = ${len(args)} OR serving_agent = ${len(args)})")
     if state is not None:
         args.append(state)
         where.append(f"state = ${len(args)}")

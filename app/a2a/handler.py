@@ -1,0 +1,223 @@
+"""The A2A request handler, backed by the mesh's task and inbox store.
+
+Not the SDK's DefaultRequestHandler: that one runs an AgentExecutor in this
+process and keeps events in an in-memory queue, so the serving agent must be
+online and a dropped stream loses what it missed. Here every A2A call is a
+mesh service call (app.services.tasks) — the same unit of work, permissions,
+idempotency and ordering as the HTTP API — and a stream is read from the
+caller's durable inbox (ADR 017).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncGenerator, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from a2a.server.context import ServerCallContext
+from a2a.server.events.event_queue import Event
+from a2a.server.request_handlers.request_handler import (
+    RequestHandler,
+    validate_request_params,
+)
+from a2a.types.a2a_pb2 import (
+    AgentCard,
+    CancelTaskRequest,
+    DeleteTaskPushNotificationConfigRequest,
+    GetExtendedAgentCardRequest,
+    GetTaskPushNotificationConfigRequest,
+    GetTaskRequest,
+    ListTaskPushNotificationConfigsRequest,
+    ListTaskPushNotificationConfigsResponse,
+    ListTasksRequest,
+    ListTasksResponse,
+    Message,
+    SendMessageRequest,
+    SubscribeToTaskRequest,
+    Task,
+    TaskPushNotificationConfig,
+)
+from a2a.utils.errors import (
+    A2AError,
+    InvalidParamsError,
+    InvalidRequestError,
+    PushNotificationNotSupportedError,
+    TaskNotCancelableError,
+    TaskNotFoundError,
+    UnsupportedOperationError,
+)
+from pydantic import ValidationError
+
+from app.a2a import card, mapping
+from app.a2a.follow import follow
+from app.api.deps import State, check_storable
+from app.errors import Problem, validation_problem
+from app.schemas import MessageIn, StatusChange, TaskCreate
+from app.services import tasks
+from app.services.principals import Agent
+from app.store import agents as agents_store
+
+CALL_KEY = "agent-mesh.call"
+MAX_PAGE = 100
+
+
+@dataclass(frozen=True)
+class MeshCall:
+    """What the route resolved before the SDK parsed the request."""
+
+    state: State
+    me: Agent  # the authenticated caller
+    target: str  # the agent of the endpoint, /a2a/{target}
+    base_url: str
+    resume_after: int | None  # from Last-Event-ID
+
+
+def _call(context: ServerCallContext) -> MeshCall:
+    return context.state[CALL_KEY]  # type: ignore[no-any-return]
+
+
+@contextlib.contextmanager
+def a2a_errors(*, not_found: type[A2AError] = TaskNotFoundError,
+               conflict: type[A2AError] = InvalidRequestError) -> Iterator[None]:
+    """The one translation of the mesh's problems into A2A errors; the detail
+    (what was wrong, what to do) travels as the error's message."""
+    try:
+        yield
+    except Problem as problem:
+        if problem.status == 404:
+            raise not_found(message=problem.detail) from None
+        if problem.status == 409:
+            raise conflict(message=problem.detail) from None
+        if problem.status in (400, 413, 422):
+            raise InvalidParamsError(message=problem.detail) from None
+        raise InvalidRequestError(message=problem.detail) from None
+    except ValidationError as exc:
+        raise InvalidParamsError(message=validation_problem(exc).detail) from None
+
+
+class MeshRequestHandler(RequestHandler):
+    async def _task_json(self, c: MeshCall, task_id: str) -> dict[str, Any]:
+        """The caller's task with the endpoint's agent, or task-not-found — the same
+        answer for "absent", "not yours" and "with another agent"."""
+        with a2a_errors():
+            detail = (await tasks.get_task(c.state.pool, c.me, task_id)).model_dump(mode="json")
+        if c.target not in (detail["initiator"], detail["serving_agent"]):
+            raise TaskNotFoundError(message=f"no task '{task_id}' between you and '{c.target}'")
+        return detail
+
+    async def _send(self, c: MeshCall, params: SendMessageRequest) -> str:
+        """The message as a mesh write: a new task, or a message on the caller's
+        task. Idempotent by the A2A messageId (the mesh message_id)."""
+        s, msg = c.state, params.message
+        body = mapping.message_from_a2a(msg)
+        with a2a_errors():
+            check_storable(body)
+            if msg.task_id:
+                await self._task_json(c, msg.task_id)
+                await tasks.append_message(s.pool, s.settings, c.me, msg.task_id,
+                                           MessageIn.model_validate(body), wakeup=s.wakeup)
+                return msg.task_id
+            create = TaskCreate.model_validate(
+                {"to_agent_id": c.target, "message": body, "context_id": msg.context_id or None})
+            created, _ = await tasks.create_task(s.pool, s.settings, c.me, create,
+                                                 wakeup=s.wakeup)
+            return created.task_id
+
+    @validate_request_params  # the spec's required fields (messageId, parts, …)
+    async def on_message_send(self, params: SendMessageRequest,
+                              context: ServerCallContext) -> Task | Message:
+        # Answered at once, whatever the configuration asks: the serving agent may be
+        # offline for hours. GetTask or SubscribeToTask follow the task from here.
+        c = _call(context)
+        task_id = await self._send(c, params)
+        history = params.configuration.history_length \
+            if params.configuration.HasField("history_length") else None
+        return mapping.task(await self._task_json(c, task_id), history_length=history)
+
+    @validate_request_params
+    async def on_message_send_stream(self, params: SendMessageRequest,
+                                     context: ServerCallContext) -> AsyncGenerator[Event]:
+        c = _call(context)
+        task_id = await self._send(c, params)
+        async for event in follow(c, task_id, self._task_json):
+            yield event
+
+    @validate_request_params
+    async def on_subscribe_to_task(self, params: SubscribeToTaskRequest,
+                                   context: ServerCallContext) -> AsyncGenerator[Event]:
+        c = _call(context)
+        if c.resume_after is None:
+            detail = await self._task_json(c, params.id)
+            if mapping.is_terminal(detail["state"]):
+                # The spec's answer; a resume (Last-Event-ID) still replays what was missed.
+                raise UnsupportedOperationError(
+                    message=f"task '{params.id}' is {detail['state']}: nothing more will "
+                            "happen; read it with GetTask, or resume with Last-Event-ID")
+        async for event in follow(c, params.id, self._task_json):
+            yield event
+
+    @validate_request_params
+    async def on_get_task(self, params: GetTaskRequest, context: ServerCallContext) -> Task:
+        c = _call(context)
+        history = params.history_length if params.HasField("history_length") else None
+        return mapping.task(await self._task_json(c, params.id), history_length=history)
+
+    @validate_request_params
+    async def on_list_tasks(self, params: ListTasksRequest,
+                            context: ServerCallContext) -> ListTasksResponse:
+        c = _call(context)
+        size = min(params.page_size or 50, MAX_PAGE)
+        with a2a_errors():
+            page = await tasks.list_tasks(
+                c.state.pool, c.me, state=mapping.state_from_a2a(params.status),
+                context_id=params.context_id or None, cursor=params.page_token or None,
+                limit=size, peer=c.target)
+        found = [mapping.task(t.model_dump(mode="json")) for t in page.tasks]
+        return ListTasksResponse(tasks=found, next_page_token=page.next_cursor or "",
+                                 page_size=size, total_size=len(found))
+
+    @validate_request_params
+    async def on_cancel_task(self, params: CancelTaskRequest,
+                             context: ServerCallContext) -> Task:
+        c = _call(context)
+        s = c.state
+        detail = await self._task_json(c, params.id)
+        if mapping.is_terminal(detail["state"]):
+            # A2A's answer even to a repeat of our own cancel (the mesh API's is a 200).
+            raise TaskNotCancelableError(message=f"task '{params.id}' is already "
+                                                 f"{detail['state']}")
+        with a2a_errors(conflict=TaskNotCancelableError):
+            await tasks.change_status(s.pool, s.settings, c.me, params.id,
+                                      StatusChange(state="canceled"), wakeup=s.wakeup)
+        return mapping.task(await self._task_json(c, params.id))
+
+    async def on_get_extended_agent_card(self, params: GetExtendedAgentCardRequest,
+                                         context: ServerCallContext) -> AgentCard:
+        c = _call(context)
+        row = await agents_store.get(c.state.pool, c.target)
+        if row is None:  # deleted since the route checked it
+            raise InvalidRequestError(message=f"unknown agent '{c.target}'")
+        return card.full_card(c.base_url, row, card.VERSION)
+
+    # Push notifications: the mesh's answer to "the client is offline" is the
+    # durable stream and its resume, so the card says pushNotifications: false.
+    async def on_create_task_push_notification_config(
+            self, params: TaskPushNotificationConfig,
+            context: ServerCallContext) -> TaskPushNotificationConfig:
+        raise PushNotificationNotSupportedError
+
+    async def on_get_task_push_notification_config(
+            self, params: GetTaskPushNotificationConfigRequest,
+            context: ServerCallContext) -> TaskPushNotificationConfig:
+        raise PushNotificationNotSupportedError
+
+    async def on_list_task_push_notification_configs(
+            self, params: ListTaskPushNotificationConfigsRequest,
+            context: ServerCallContext) -> ListTaskPushNotificationConfigsResponse:
+        raise PushNotificationNotSupportedError
+
+    async def on_delete_task_push_notification_config(
+            self, params: DeleteTaskPushNotificationConfigRequest,
+            context: ServerCallContext) -> None:
+        raise PushNotificationNotSupportedError
