@@ -20,6 +20,7 @@ from starlette.routing import BaseRoute, Route
 from app import db, health, openapi
 from app.api import admin, auth, inbox, mesh, owners, sse, tasks, timeline
 from app.api.deps import State, state
+from app.console.routes import console_routes
 from app.errors import Problem, handle_http, handle_problem, handle_unexpected, handle_validation
 from app.health import close_bus_probes
 from app.inbox_hub import InboxHub
@@ -97,6 +98,7 @@ def create_app(settings: Settings | None = None) -> Starlette:
         Route("/openapi.json", openapi_json, methods=["GET"]),
         Route("/docs", docs, methods=["GET"]),
     ]
+    routes += console_routes()  # the owner console (HTML, not in /openapi.json)
     app = Starlette(
         routes=routes,
         middleware=[
