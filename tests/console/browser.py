@@ -32,8 +32,10 @@ class Watched:
     errors: list[str] = field(default_factory=list)
 
 
-async def new_page(browser: Browser, base_url: str) -> tuple[BrowserContext, Watched]:
-    context = await browser.new_context(base_url=base_url, viewport={"width": 1280, "height": 800})
+async def new_page(browser: Browser, base_url: str, *,
+                   javascript: bool = True) -> tuple[BrowserContext, Watched]:
+    context = await browser.new_context(base_url=base_url, viewport={"width": 1280, "height": 800},
+                                        java_script_enabled=javascript)
     page = await context.new_page()
     watched = Watched(page)
 

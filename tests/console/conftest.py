@@ -28,8 +28,8 @@ async def open_page(browser: Browser, gateway: str
     """A fresh browser context (own cookies) on the gateway, or on ``base_url``."""
     contexts = []
 
-    async def make(base_url: str | None = None) -> Watched:
-        context, watched = await new_page(browser, base_url or gateway)
+    async def make(base_url: str | None = None, *, javascript: bool = True) -> Watched:
+        context, watched = await new_page(browser, base_url or gateway, javascript=javascript)
         contexts.append(context)
         return watched
 
