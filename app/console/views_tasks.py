@@ -16,6 +16,7 @@ from app.responses import TaskOut
 from app.schemas import MessageIn, StatusChange, TaskCreate
 from app.services import social, timeline
 from app.services import tasks as tasks_service
+from app.store import tasks as tasks_store
 
 PAGE_SIZE = 25
 
@@ -90,7 +91,10 @@ async def task_page(ctx: Ctx, *, error: ActionError | None = None, status: int =
     except Problem:
         context = None
     me = await human(ctx)
+    # Read only after task_of_mine found the task ours: the history is never a way round the scope.
+    history = await tasks_store.state_history(ctx.state.pool, detail.task_id)
     return ctx.render("task.html", status=status, error=error, nav="tasks", task=detail,
+                      history=history,
                       viewer=viewer.agent_id, cost=_cost(detail.messages), context=context,
                       as_human=me.agent_id in (detail.initiator, detail.serving_agent),
                       terminal=detail.state in ("completed", "failed", "canceled", "rejected"))

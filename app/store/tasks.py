@@ -126,3 +126,16 @@ async def idle_open_tasks(conn: Conn, older_than: datetime, limit: int) -> list[
     return await conn.fetch(
         f"SELECT {TASK_COLUMNS} FROM tasks WHERE state IN ({_OPEN_LIST}) AND updated_at < $1 "
         f"ORDER BY updated_at LIMIT $2", older_than, limit)
+
+
+_STATE = "COALESCE(payload->>'state', payload->'task'->>'state')"
+
+
+async def state_history(conn: Conn, task_id: str) -> list[asyncpg.Record]:
+    """A task's state changes as its participants were told them, oldest first.
+    A timeout tells both sides in one transaction (same created_at): kept once."""
+    return await conn.fetch(
+        f"SELECT DISTINCT ON (created_at, type, {_STATE}) created_at, type, from_agent_id, "
+        f"{_STATE} AS state, payload->>'previous_state' AS previous_state FROM inbox_events "
+        "WHERE task_id = $1 AND type IN ('task.created', 'task.status', 'task.timeout') "
+        f"ORDER BY created_at, type, {_STATE}", task_id)

@@ -94,6 +94,9 @@ async def test_owner_runs_agents_from_the_console(open_page, mesh, gateway, uniq
     await page.get_by_label(f"Message as {me}").fill("main, please")
     await page.get_by_role("button", name="Send", exact=True).click()
     await expect(page.locator(".msg", has_text="main, please")).to_be_visible()
+    history = page.locator("section", has=page.get_by_role("heading", name="State history"))
+    await expect(history.locator("li")).to_have_count(3)  # created, → working, → input-required
+    await expect(history.locator("li").last).to_contain_text("input-required")
     await shoot(page, "task")
     events = (await agent.inbox())["events"]
     assert events[-1]["type"] == "task.message"
