@@ -22,7 +22,20 @@
   document.addEventListener("submit", function (e) {
     var form = e.target;
     var question = form.getAttribute("data-confirm");
-    if (question && !window.confirm(question)) e.preventDefault();
+    if (question && !window.confirm(question)) { e.preventDefault(); return; }
+    // A loading state: the button says the request is on its way (and is not pressed twice).
+    var button = e.submitter || form.querySelector("button[type=submit]");
+    if (button && form.method.toLowerCase() === "post") {
+      button.setAttribute("aria-busy", "true");
+      setTimeout(function () { button.disabled = true; }, 0);
+    }
+  });
+  // Coming back with the browser's back button shows the page as it was left: undo the busy state.
+  window.addEventListener("pageshow", function () {
+    document.querySelectorAll("button[aria-busy]").forEach(function (b) {
+      b.removeAttribute("aria-busy");
+      b.disabled = false;
+    });
   });
 
   function fmt(ts) {
