@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -34,6 +35,8 @@ from app.services.inbox_stream import InboxStream
 from app.services.principals import Agent, Owner
 from app.services.stream import InboxReader
 from app.store import inbox as inbox_store
+
+log = logging.getLogger("mesh.console")
 
 HISTORY = 20  # events per agent shown when the page opens
 
@@ -97,9 +100,12 @@ async def _merged(request: Request, session: sessions.Session, streams: list[Inb
     queue: asyncio.Queue[tuple[str, WireEvent]] = asyncio.Queue(maxsize=1000)
 
     async def pump(stream: InboxStream) -> None:
-        async for item in stream.items():
-            if isinstance(item, WireEvent):
-                await queue.put((stream.who.agent_id, item))
+        try:
+            async for item in stream.items():
+                if isinstance(item, WireEvent):
+                    await queue.put((stream.who.agent_id, item))
+        except Exception:  # one agent's stream failing must not end the others'
+            log.exception("console feed: the stream of %s failed", stream.who.agent_id)
 
     tasks = [asyncio.create_task(pump(st)) for st in streams]
     ttl = s.settings.console_session_ttl_seconds

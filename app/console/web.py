@@ -130,12 +130,19 @@ def to_signin(request: Request) -> Response:
     return RedirectResponse(f"/console/signin?next={quote(target)}", status_code=303)
 
 
-async def _ctx(request: Request) -> Ctx | None:
+async def _ctx(request: Request) -> Ctx | Response:
+    """The signed-in context, a redirect to sign in, or an error page for input
+    that cannot even be read (a NUL byte in a path or a field)."""
     who = await signed_in(request)
     if who is None:
-        return None
-    check_path_params(request)
-    return Ctx(request, state(request), who[0], who[1], await read_form(request))
+        return to_signin(request)
+    ctx = Ctx(request, state(request), who[0], who[1], {})
+    try:
+        check_path_params(request)
+        ctx.form = await read_form(request)
+    except Problem as problem:
+        return error_page(ctx, problem)
+    return ctx
 
 
 def error_page(ctx: Ctx, problem: Problem) -> Response:
@@ -145,8 +152,8 @@ def error_page(ctx: Ctx, problem: Problem) -> Response:
 def page(fn: Handler) -> Callable[[Request], Awaitable[Response]]:
     async def endpoint(request: Request) -> Response:
         ctx = await _ctx(request)
-        if ctx is None:
-            return to_signin(request)
+        if not isinstance(ctx, Ctx):
+            return ctx
         try:
             return await fn(ctx)
         except Problem as problem:
@@ -159,8 +166,8 @@ def action(name: str, again: Renderer) -> Callable[[Handler], Callable[[Request]
     def wrap(fn: Handler) -> Callable[[Request], Awaitable[Response]]:
         async def endpoint(request: Request) -> Response:
             ctx = await _ctx(request)
-            if ctx is None:
-                return to_signin(request)
+            if not isinstance(ctx, Ctx):
+                return ctx
             try:
                 csrf.check(ctx.session.csrf, ctx.form, dict(request.headers))
             except Problem as problem:

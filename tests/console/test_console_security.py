@@ -64,6 +64,11 @@ async def test_a_state_change_without_the_csrf_token_is_refused(open_page, gatew
         resp = await http.post("/console/agents", data={"name": "viaheader"},
                                headers={"X-CSRF-Token": csrf})
         assert resp.status_code == 303
+        # Input Postgres cannot store is a problem page, not a 500.
+        resp = await http.post("/console/agents", content=f"name=a%00b&csrf={csrf}",
+                               headers={"Content-Type": "application/x-www-form-urlencoded"})
+        assert resp.status_code == 422
+        assert "NUL" in resp.text and "text/html" in resp.headers["content-type"]
     await page.goto("/console/agents")
     await expect(page.get_by_text(f"fine@{me}")).to_be_visible()
     assert "sneaky" not in await page.content()
