@@ -35,8 +35,10 @@ async def test_owner_runs_agents_from_the_console(open_page, mesh, gateway, uniq
     key_field = page.get_by_role("textbox", name="API key")
     api_key = await key_field.input_value()
     assert api_key
+    await page.context.grant_permissions(["clipboard-read", "clipboard-write"])
     await page.get_by_role("button", name="Copy").click()
     await expect(page.get_by_role("button", name="Copied")).to_be_visible()
+    assert await page.evaluate("navigator.clipboard.readText()") == api_key
     await shoot(page, "agent-new-key")
     await page.goto(f"/console/agents/{alpha}")
     assert api_key not in await page.content()
@@ -86,8 +88,10 @@ async def test_owner_runs_agents_from_the_console(open_page, mesh, gateway, uniq
         "state": "input-required",
         "message": {"parts": [{"kind": "text", "text": "Which branch?"}]}})
     assert resp.status_code == 200, resp.text
+    assert (await agent.post("/v1/mesh/heartbeat")).status_code == 200
     await page.goto("/console/")
     await expect(page.locator('[data-counter="waiting"]')).to_have_text("1")
+    await expect(page.locator('[data-counter="online"]')).to_have_text("1")
     await shoot(page, "dashboard")
     await page.get_by_role("link", name=task_id).first.click()
     await expect(page.get_by_text("Which branch?").first).to_be_visible()
