@@ -12,6 +12,7 @@ from app.responses import AgentOut, TaskDetail, TaskOut
 from app.services import accounts
 from app.services import tasks as tasks_service
 from app.services.principals import Agent
+from app.store import tasks as tasks_store
 
 
 async def my_agents(ctx: Ctx) -> list[AgentOut]:
@@ -57,6 +58,19 @@ async def tasks_across(ctx: Ctx, agents: list[AgentOut], *, state: str | None = 
     next_cursor = tasks_service.encode_cursor(page_tasks[-1].model_dump()) \
         if has_next and page_tasks else None
     return TaskSlice(page_tasks, next_cursor)
+
+
+async def search_across(ctx: Ctx, agents: list[AgentOut], text: str, *, state: str | None,
+                        context_id: str | None, cursor: str | None, limit: int) -> TaskSlice:
+    """Like :func:`tasks_across`, keeping the tasks whose ids, agents or message
+    text contain ``text``; the same cursor form."""
+    before = tasks_service.decode_cursor(cursor) if cursor else None
+    rows = await tasks_store.search_for_agents(ctx.state.pool, [a.agent_id for a in agents], text,
+                                               state=state, context_id=context_id, before=before,
+                                               limit=limit + 1)
+    found = [TaskOut.of(r) for r in rows[:limit]]
+    next_cursor = tasks_service.encode_cursor(rows[limit - 1]) if len(rows) > limit else None
+    return TaskSlice(found, next_cursor)
 
 
 async def task_of_mine(ctx: Ctx, task_id: str) -> tuple[TaskDetail, Agent]:

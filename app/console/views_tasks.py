@@ -7,24 +7,17 @@ from typing import Any
 
 from starlette.responses import Response
 
-from app.console.owned import human, my_agents, task_of_mine, tasks_across
+from app.console.owned import human, my_agents, search_across, task_of_mine, tasks_across
 from app.console.web import ActionError, Ctx, action, back, page, validated
 from app.domain.task_states import STATES
 from app.errors import Problem
 from app.ids import is_valid_id
-from app.responses import TaskOut
 from app.schemas import MessageIn, StatusChange, TaskCreate
 from app.services import social, timeline
 from app.services import tasks as tasks_service
 from app.store import tasks as tasks_store
 
 PAGE_SIZE = 25
-
-
-def _matches(task: TaskOut, text: str) -> bool:
-    hay = " ".join([task.task_id, task.context_id, task.initiator, task.serving_agent,
-                    str(task.status_message or "")]).lower()
-    return text.lower() in hay
 
 
 async def tasks_page(ctx: Ctx, *, error: ActionError | None = None, status: int = 200) -> Response:
@@ -41,13 +34,17 @@ async def tasks_page(ctx: Ctx, *, error: ActionError | None = None, status: int 
     scope = [a for a in agents if a.agent_id == chosen] if chosen else agents
     if chosen and not scope:
         raise Problem(404, f"no agent '{chosen}' owned by you")
-    found = await tasks_across(ctx, scope, state=state, context_id=context_id,
-                               cursor=q.get("cursor") or None, limit=PAGE_SIZE)
-    shown = [t for t in found.tasks if _matches(t, text)] if text else found.tasks
+    cursor = q.get("cursor") or None
+    if text:
+        found = await search_across(ctx, scope, text, state=state, context_id=context_id,
+                                    cursor=cursor, limit=PAGE_SIZE)
+    else:
+        found = await tasks_across(ctx, scope, state=state, context_id=context_id,
+                                   cursor=cursor, limit=PAGE_SIZE)
     me = await human(ctx)
     peers = (await social.list_friends(ctx.state.pool, me)).friends
     filters = {"agent": chosen, "state": state or "", "context_id": context_id or "", "q": text}
-    return ctx.render("tasks.html", status=status, error=error, nav="tasks", tasks=shown,
+    return ctx.render("tasks.html", status=status, error=error, nav="tasks", tasks=found.tasks,
                       next_cursor=found.next_cursor, agents=agents, states=sorted(STATES),
                       filters=filters, peers=peers, human_id=me.agent_id)
 

@@ -17,7 +17,7 @@ from playwright.async_api import expect
 
 from app.settings import Settings
 from tests.console.browser import shoot
-from tests.console.helpers import create_agent, register, session_cookie, sign_in
+from tests.console.helpers import PASSWORD, create_agent, register, session_cookie, sign_in
 from tests.support.meshapi import MeshFactory
 from tests.support.servers import serve_app
 
@@ -221,3 +221,39 @@ async def test_operations_page_shows_dead_letters_and_retries(open_page, admin_w
     await register(w2.page, f"not{admin}")
     resp = await w2.page.goto("/console/ops")
     assert resp is not None and resp.status == 403
+
+
+async def test_tasks_page_pages_and_searches_message_text(open_page, mesh, uniq):
+    w = await open_page()
+    page = w.page
+    me = f"pg{uniq}"
+    await register(page, me)
+    worker = await create_agent(page, "worker")
+    token = (await mesh.http.post("/v1/auth/login", json={"username": me, "password": PASSWORD})
+             ).json()["access_token"]
+    as_me = {"Authorization": f"Bearer {token}"}  # an owner token acts as human@{me}
+    for i in range(27):
+        text = "find the needle here" if i == 3 else f"routine job {i}"
+        resp = await mesh.http.post("/v1/mesh/tasks", headers=as_me, json={
+            "to_agent_id": worker, "message": {"parts": [{"kind": "text", "text": text}]}})
+        assert resp.status_code == 201
+
+    await page.goto("/console/tasks")
+    rows = page.locator("#task-list tbody tr")
+    await expect(rows).to_have_count(25)
+    first_page = set(await rows.locator("td:first-child").all_inner_texts())
+    await page.get_by_role("link", name="Older tasks →").click()
+    await expect(rows).to_have_count(2)
+    second_page = set(await rows.locator("td:first-child").all_inner_texts())
+    assert not first_page & second_page
+    assert await page.get_by_role("link", name="Older tasks →").count() == 0
+
+    await page.goto("/console/tasks")
+    await page.get_by_label("Text", exact=True).fill("NEEDLE")
+    await page.get_by_label("Text", exact=True).press("Enter")
+    await expect(rows).to_have_count(1)
+    await rows.first.get_by_role("link").click()
+    await expect(page.locator(".msg", has_text="find the needle here")).to_be_visible()
+    # A LIKE wildcard is searched for literally, not as "anything".
+    await page.goto("/console/tasks?q=%25")
+    await expect(page.get_by_text("No tasks match.")).to_be_visible()
