@@ -250,10 +250,25 @@ async def test_tasks_page_pages_and_searches_message_text(open_page, mesh, uniq)
 
     await page.goto("/console/tasks")
     await page.get_by_label("Text", exact=True).fill("NEEDLE")
-    await page.get_by_label("Text", exact=True).press("Enter")
+    async with page.expect_request(lambda r: r.headers.get("hx-request") == "true") as swapped:
+        await page.get_by_label("Text", exact=True).press("Enter")
+    assert "q=NEEDLE" in (await swapped.value).url  # htmx refreshed the list in place
     await expect(rows).to_have_count(1)
+    await expect(page).to_have_url(re.compile(r"q=NEEDLE"))
     await rows.first.get_by_role("link").click()
     await expect(page.locator(".msg", has_text="find the needle here")).to_be_visible()
     # A LIKE wildcard is searched for literally, not as "anything".
     await page.goto("/console/tasks?q=%25")
     await expect(page.get_by_text("No tasks match.")).to_be_visible()
+    assert w.errors == [], w.errors  # htmx runs under the console's CSP
+
+
+async def test_registration_can_be_closed(open_page, migrated: Settings):
+    async with serve_app(migrated.model_copy(update={"registration_enabled": False})) as url:
+        w = await open_page(url)
+        page = w.page
+        await page.goto("/console/signin")
+        assert await page.get_by_role("link", name="Register").count() == 0
+        await page.goto("/console/register")
+        await expect(page.get_by_role("alert")).to_contain_text("Registration is disabled")
+        assert await page.get_by_role("button", name="Register").count() == 0
