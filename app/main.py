@@ -21,6 +21,7 @@ from app import db, health, openapi
 from app.a2a import routes as a2a_routes
 from app.api import admin, auth, inbox, mesh, owners, sse, tasks, timeline
 from app.api.deps import State, state
+from app.console.routes import console_routes
 from app.errors import Problem, handle_http, handle_problem, handle_unexpected, handle_validation
 from app.health import close_bus_probes
 from app.inbox_hub import InboxHub
@@ -99,6 +100,7 @@ def create_app(settings: Settings | None = None) -> Starlette:
         Route("/docs", docs, methods=["GET"]),
         *a2a_routes.routes,
     ]
+    routes += console_routes()  # the owner console (HTML, not in /openapi.json)
     app = Starlette(
         routes=routes,
         middleware=[

@@ -84,6 +84,8 @@ class Settings(BaseSettings):
     sentry_environment: str = "development"
     metrics_port: int | None = None
     log_level: str = "INFO"
+    # The owner console's server-side session (app/console/session.py), idle lifetime.
+    console_session_ttl_seconds: int = 8 * 3600
 
     @property
     def bus_kind(self) -> Literal["kafka", "nats", "redis"]:

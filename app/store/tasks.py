@@ -131,3 +131,46 @@ async def idle_open_tasks(conn: Conn, older_than: datetime, limit: int) -> list[
     return await conn.fetch(
         f"SELECT {TASK_COLUMNS} FROM tasks WHERE state IN ({_OPEN_LIST}) AND updated_at < $1 "
         f"ORDER BY updated_at LIMIT $2", older_than, limit)
+
+
+_STATE = "COALESCE(payload->>'state', payload->'task'->>'state')"
+
+
+async def state_history(conn: Conn, task_id: str) -> list[asyncpg.Record]:
+    """A task's state changes as its participants were told them, oldest first.
+    A timeout tells both sides in one transaction (same created_at): kept once."""
+    return await conn.fetch(
+        f"SELECT DISTINCT ON (created_at, type, {_STATE}) created_at, type, from_agent_id, "
+        f"{_STATE} AS state, payload->>'previous_state' AS previous_state FROM inbox_events "
+        "WHERE task_id = $1 AND type IN ('task.created', 'task.status', 'task.timeout') "
+        f"ORDER BY created_at, type, {_STATE}", task_id)
+
+
+def _like(text: str) -> str:
+    return "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+
+
+async def search_for_agents(conn: Conn, agent_ids: list[str], text: str, *, state: str | None,
+                            context_id: str | None, before: tuple[datetime, str] | None,
+                            limit: int) -> list[asyncpg.Record]:
+    """Tasks any of ``agent_ids`` takes part in whose ids, agents or message text
+    contain ``text`` (case-insensitive), newest first, keyset-paginated like
+    :func:`list_for_agent`. A scan, not an index: meant for an owner's console."""
+    args: list[Any] = [agent_ids, _like(text)]
+    where = ["(initiator = ANY($1) OR serving_agent = ANY($1))",
+             "(task_id ILIKE $2 OR context_id ILIKE $2 OR initiator ILIKE $2 "
+             "OR serving_agent ILIKE $2 OR EXISTS (SELECT 1 FROM task_messages m "
+             "WHERE m.task_id = tasks.task_id AND m.parts::text ILIKE $2))"]
+    if state is not None:
+        args.append(state)
+        where.append(f"state = ${len(args)}")
+    if context_id is not None:
+        args.append(context_id)
+        where.append(f"context_id = ${len(args)}")
+    if before is not None:
+        args.extend(before)
+        where.append(f"(created_at, task_id) < (${len(args) - 1}, ${len(args)})")
+    args.append(limit)
+    return await conn.fetch(
+        f"SELECT {TASK_COLUMNS} FROM tasks WHERE {' AND '.join(where)} "
+        f"ORDER BY created_at DESC, task_id DESC LIMIT ${len(args)}", *args)

@@ -1,0 +1,63 @@
+"""The console's URL map, mounted at ``/console`` by app.main."""
+
+from __future__ import annotations
+
+from starlette.routing import BaseRoute, Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from app.console import (
+    views_agents,
+    views_auth,
+    views_dashboard,
+    views_feed,
+    views_ops,
+    views_social,
+    views_tasks,
+)
+from app.console.web import HERE
+
+GET, POST = ["GET"], ["POST"]
+
+
+def console_routes() -> list[BaseRoute]:
+    routes: list[BaseRoute] = [
+        Route("/", views_dashboard.dashboard, methods=GET),
+        Route("/partials/counters", views_dashboard.counters, methods=GET),
+        Route("/signin", views_auth.signin_page, methods=GET),
+        Route("/signin", views_auth.signin, methods=POST),
+        Route("/register", views_auth.register_page, methods=GET),
+        Route("/register", views_auth.register, methods=POST),
+        Route("/signout", views_auth.signout, methods=POST),
+        Route("/agents", views_agents.agents, methods=GET),
+        Route("/agents", views_agents.create_agent, methods=POST),
+        Route("/agents/{agent_id}", views_agents.agent, methods=GET),
+        Route("/agents/{agent_id}", views_agents.edit_agent, methods=POST),
+        Route("/agents/{agent_id}/delete", views_agents.confirm_delete, methods=GET),
+        Route("/agents/{agent_id}/delete", views_agents.delete_agent, methods=POST),
+        Route("/agents/{agent_id}/keys", views_agents.create_key, methods=POST),
+        Route("/agents/{agent_id}/keys/{key_id}/revoke", views_agents.revoke_key, methods=POST),
+        Route("/tasks", views_tasks.tasks, methods=GET),
+        Route("/tasks", views_tasks.start_task, methods=POST),
+        Route("/tasks/{task_id}", views_tasks.task, methods=GET),
+        Route("/tasks/{task_id}/messages", views_tasks.answer, methods=POST),
+        Route("/tasks/{task_id}/cancel", views_tasks.cancel, methods=POST),
+        Route("/friends", views_social.friends, methods=GET),
+        Route("/friends", views_social.send_request, methods=POST),
+        Route("/friends/{agent_id}/requests/{request_id}/{verb:str}", views_social.answer_request,
+              methods=POST),
+        Route("/friends/{agent_id}/remove/{friend_id}", views_social.remove_friend, methods=POST),
+        Route("/groups", views_social.groups, methods=GET),
+        Route("/groups", views_social.create_group, methods=POST),
+        Route("/groups/{group_id}", views_social.group, methods=GET),
+        Route("/groups/{group_id}/members", views_social.add_member, methods=POST),
+        Route("/groups/{group_id}/members/{agent_id}/remove", views_social.remove_member,
+              methods=POST),
+        Route("/groups/{group_id}/delete", views_social.delete_group, methods=POST),
+        Route("/feed", views_feed.feed, methods=GET),
+        Route("/feed/stream", views_feed.stream, methods=GET),
+        Route("/ops", views_ops.ops, methods=GET),
+        Route("/ops/dead/retry", views_ops.retry_all, methods=POST),
+        Route("/ops/dead/{row_id}/retry", views_ops.retry_one, methods=POST),
+        Mount("/static", StaticFiles(directory=str(HERE / "static")), name="console-static"),
+    ]
+    return [Mount("/console", routes=routes)]

@@ -1,0 +1,108 @@
+// Agent Mesh console: small improvements over plain HTML forms. Everything here is
+// optional — every page and form works without it. Never builds HTML from data:
+// text goes in with textContent.
+(function () {
+  "use strict";
+
+  document.addEventListener("click", function (e) {
+    var btn = e.target.closest("[data-copy]");
+    if (!btn) return;
+    var field = document.querySelector(btn.getAttribute("data-copy"));
+    if (!field) return;
+    field.select();
+    var done = function () { btn.textContent = "Copied"; };
+    if (navigator.clipboard && window.isSecureContext) {
+      navigator.clipboard.writeText(field.value).then(done, function () { document.execCommand("copy"); done(); });
+    } else {
+      document.execCommand("copy");
+      done();
+    }
+  });
+
+  document.addEventListener("submit", function (e) {
+    var form = e.target;
+    var question = form.getAttribute("data-confirm");
+    if (question && !window.confirm(question)) { e.preventDefault(); return; }
+    // A loading state: the button says the request is on its way (and is not pressed twice).
+    var button = e.submitter || form.querySelector("button[type=submit]");
+    if (button && form.method.toLowerCase() === "post") {
+      button.setAttribute("aria-busy", "true");
+      setTimeout(function () { button.disabled = true; }, 0);
+    }
+  });
+  // Coming back with the browser's back button shows the page as it was left: undo the busy state.
+  window.addEventListener("pageshow", function () {
+    document.querySelectorAll("button[aria-busy]").forEach(function (b) {
+      b.removeAttribute("aria-busy");
+      b.disabled = false;
+    });
+  });
+
+  function fmt(ts) {
+    return ts ? ts.replace("T", " ").slice(0, 19) : "";
+  }
+
+  function feedItem(item) {
+    var ev = item.event || {};
+    var li = document.createElement("li");
+    li.className = "ev fresh";
+    li.setAttribute("data-type", ev.type || "");
+    var when = document.createElement("span");
+    when.className = "muted";
+    when.textContent = fmt(ev.created_at);
+    var badge = document.createElement("span");
+    badge.className = "badge";
+    badge.textContent = ev.type || "event";
+    var who = document.createElement("strong");
+    who.textContent = item.agent_id;
+    li.append(when, " ", badge, " ", who);
+    if (ev.from_agent_id) li.append(" from " + ev.from_agent_id);
+    if (ev.task_id) {
+      var a = document.createElement("a");
+      a.href = "/console/tasks/" + encodeURIComponent(ev.task_id);
+      var code = document.createElement("code");
+      code.textContent = ev.task_id;
+      a.append(code);
+      li.append(" ", a);
+    }
+    var msg = ev.payload && ev.payload.message;
+    if (msg && Array.isArray(msg.parts)) {
+      msg.parts.forEach(function (p) {
+        if (p && p.kind === "text") {
+          var s = document.createElement("span");
+          s.className = "snippet";
+          s.textContent = p.text.length > 160 ? p.text.slice(0, 157) + "..." : p.text;
+          li.append(" ", s);
+        }
+      });
+    }
+    return li;
+  }
+
+  function live() {
+    var host = document.querySelector("[data-live]");
+    if (!host || !window.EventSource) return;
+    var status = document.querySelector("[data-live-status]");
+    var cursor = host.getAttribute("data-cursor");
+    // After a drop the browser reconnects by itself, sending the last id (the whole
+    // cursor) as Last-Event-ID: the server resumes every agent where it stopped.
+    var source = new EventSource("/console/feed/stream" + (cursor ? "?cursor=" + encodeURIComponent(cursor) : ""));
+    var list = document.getElementById("feed-list");
+    var empty = document.getElementById("feed-empty");
+    source.onopen = function () { if (status) { status.textContent = "live"; status.classList.add("on"); } };
+    source.onerror = function () { if (status) { status.textContent = "reconnecting…"; status.classList.remove("on"); } };
+    source.onmessage = function (e) {
+      var item;
+      try { item = JSON.parse(e.data); } catch (err) { return; }
+      if (list) {
+        list.insertBefore(feedItem(item), list.firstChild);
+        if (empty) empty.hidden = true;
+      }
+      document.body.dispatchEvent(new CustomEvent("mesh:event", { detail: item }));
+    };
+    window.addEventListener("pagehide", function () { source.close(); });
+  }
+
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", live);
+  else live();
+})();

@@ -1,0 +1,107 @@
+"""Agents and their API keys (create, edit, delete with confirmation; keys shown once)."""
+
+from __future__ import annotations
+
+import functools
+import json
+from typing import Any
+
+from starlette.responses import Response
+
+from app.console.owned import my_agents
+from app.console.web import ActionError, Ctx, action, back, page, validated
+from app.errors import Problem
+from app.inbox_hub import publish_auth_change
+from app.responses import AgentOut, NewKey
+from app.schemas import AgentCreate, AgentPatch
+from app.services import accounts
+
+
+def _skills(raw: str) -> list[Any] | None:
+    """Skills are edited as the A2A JSON list they are stored as."""
+    if not raw.strip():
+        return []
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise Problem(422, f"skills must be a JSON list of {{\"id\", \"name\"}} objects: {exc}",
+                      errors=[{"field": "skills", "message": str(exc)}]) from None
+    return value  # type: ignore[no-any-return]
+
+
+def _fields(ctx: Ctx) -> dict[str, Any]:
+    f = ctx.form
+    data: dict[str, Any] = {k: f[k] for k in ("display_name", "description", "instructions")
+                            if k in f}
+    if "skills" in f:
+        data["skills"] = _skills(f["skills"])
+    return data
+
+
+async def agents_page(ctx: Ctx, *, error: ActionError | None = None, status: int = 200) -> Response:
+    return ctx.render("agents.html", status=status, error=error, nav="agents",
+                      agents=await my_agents(ctx))
+
+
+@page
+async def agents(ctx: Ctx) -> Response:
+    return await agents_page(ctx)
+
+
+@action("create-agent", agents_page)
+async def create_agent(ctx: Ctx) -> Response:
+    body = validated(AgentCreate, {"name": ctx.form.get("name", ""), **_fields(ctx)})
+    created = await accounts.create_agent(ctx.state.pool, ctx.owner, body)
+    return back(f"/console/agents/{created.agent_id}")
+
+
+async def agent_page(ctx: Ctx, *, error: ActionError | None = None, status: int = 200,
+                     new_key: NewKey | None = None) -> Response:
+    agent_id = ctx.path("agent_id")
+    pool = ctx.state.pool
+    agent = AgentOut.of(await accounts.owned_agent(pool, ctx.owner, agent_id))
+    keys = await accounts.list_keys(pool, ctx.owner, agent_id)
+    return ctx.render("agent.html", status=status, error=error, nav="agents", agent=agent,
+                      keys=keys, new_key=new_key,
+                      skills_json=json.dumps(agent.skills, indent=2) if agent.skills else "")
+
+
+@page
+async def agent(ctx: Ctx) -> Response:
+    return await agent_page(ctx)
+
+
+@action("edit-agent", agent_page)
+async def edit_agent(ctx: Ctx) -> Response:
+    agent_id = ctx.path("agent_id")
+    await accounts.patch_agent(ctx.state.pool, ctx.owner, agent_id,
+                               validated(AgentPatch, _fields(ctx)))
+    return back(f"/console/agents/{agent_id}?saved=1")
+
+
+@page
+async def confirm_delete(ctx: Ctx) -> Response:
+    agent = AgentOut.of(await accounts.owned_agent(ctx.state.pool, ctx.owner, ctx.path("agent_id")))
+    return ctx.render("agent_delete.html", nav="agents", agent=agent)
+
+
+@action("delete-agent", agent_page)
+async def delete_agent(ctx: Ctx) -> Response:
+    await accounts.delete_agent(ctx.state.pool, ctx.owner, ctx.path("agent_id"),
+                                auth_changed=functools.partial(publish_auth_change, ctx.state.redis))
+    return back("/console/agents?deleted=1")
+
+
+@action("create-key", agent_page)
+async def create_key(ctx: Ctx) -> Response:
+    # Rendered, not redirected: the key exists only in this response (never stored, never shown again).
+    key = await accounts.create_key(ctx.state.pool, ctx.owner, ctx.path("agent_id"))
+    return await agent_page(ctx, new_key=key, status=201)
+
+
+@action("revoke-key", agent_page)
+async def revoke_key(ctx: Ctx) -> Response:
+    agent_id = ctx.path("agent_id")
+    await accounts.revoke_key(ctx.state.pool, ctx.owner, agent_id, ctx.path("key_id"),
+                              auth_changed=functools.partial(publish_auth_change, ctx.state.redis))
+    return back(f"/console/agents/{agent_id}?revoked=1")

@@ -1,0 +1,119 @@
+"""Sign in, register, sign out.
+
+Before sign-in there is no session to hold a CSRF token, so these forms use a
+double-submit cookie (``mesh_console_pre``): the token is in the cookie and in
+the form, and a cross-site page can set neither.
+"""
+
+from __future__ import annotations
+
+import hmac
+import secrets
+
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+
+from app.api.deps import state
+from app.console import csrf
+from app.console import session as sessions
+from app.console.web import SECURITY_HEADERS, ActionError, read_form, signed_in, templates, validated
+from app.errors import Problem, forbidden
+from app.schemas import Credentials
+from app.services import accounts
+
+
+def _secure(request: Request) -> bool:
+    return request.url.scheme == "https"
+
+
+def _next(raw: str | None) -> str:
+    # Only a path inside the console: never an open redirect to another site.
+    if raw and raw.startswith("/console") and not raw.startswith("//"):
+        return raw
+    return "/console/"
+
+
+def _form_page(request: Request, template: str, *, status: int = 200,
+               error: ActionError | None = None, form: dict[str, str] | None = None) -> Response:
+    pre = request.cookies.get(sessions.PRE_COOKIE) or secrets.token_urlsafe(24)
+    s = state(request)
+    resp = templates.TemplateResponse(
+        request, template, status_code=status,
+        context={"me": None, "csrf_token": pre, "error": error, "form": form or {},
+                 "next": _next(request.query_params.get("next") or (form or {}).get("next")),
+                 "registration": s.settings.registration_enabled},
+        headers=SECURITY_HEADERS)
+    resp.set_cookie(sessions.PRE_COOKIE, pre, **sessions.cookie_args(_secure(request)))  # type: ignore[arg-type]
+    return resp
+
+
+def _check_pre(request: Request, form: dict[str, str]) -> None:
+    cookie = request.cookies.get(sessions.PRE_COOKIE) or ""
+    sent = form.get(csrf.FIELD) or ""
+    if not cookie or not hmac.compare_digest(cookie.encode(), sent.encode()):
+        raise forbidden("missing or wrong CSRF token: reload the page and submit the form again")
+
+
+async def _start_session(request: Request, username: str, password: str, target: str) -> Response:
+    s = state(request)
+    token = await accounts.login(s.pool, s.settings, username, password)
+    owner = await accounts.resolve(s.pool, s.settings, token.access_token)
+    ttl = s.settings.console_session_ttl_seconds
+    session = await sessions.create(s.redis, owner.user_id, ttl)  # type: ignore[union-attr]
+    resp = RedirectResponse(target, status_code=303)
+    resp.set_cookie(sessions.COOKIE, session.token, max_age=ttl,
+                    **sessions.cookie_args(_secure(request)))  # type: ignore[arg-type]
+    resp.delete_cookie(sessions.PRE_COOKIE, path="/console")
+    return resp
+
+
+async def signin_page(request: Request) -> Response:
+    if await signed_in(request) is not None:
+        return RedirectResponse("/console/", status_code=303)
+    return _form_page(request, "signin.html")
+
+
+async def signin(request: Request) -> Response:
+    form = await read_form(request)
+    try:
+        _check_pre(request, form)
+        return await _start_session(request, form.get("username", ""), form.get("password", ""),
+                                    _next(form.get("next")))
+    except Problem as problem:
+        return _form_page(request, "signin.html", status=problem.status,
+                          error=ActionError("signin", problem.detail, problem.status),
+                          form={"username": form.get("username", ""), "next": form.get("next", "")})
+
+
+async def register_page(request: Request) -> Response:
+    return _form_page(request, "register.html")
+
+
+async def register(request: Request) -> Response:
+    form = await read_form(request)
+    s = state(request)
+    try:
+        _check_pre(request, form)
+        creds = validated(Credentials, {"username": form.get("username", ""),
+                                        "password": form.get("password", "")})
+        await accounts.register(s.pool, s.settings, creds.username, creds.password)
+        return await _start_session(request, creds.username, creds.password, "/console/")
+    except Problem as problem:
+        return _form_page(request, "register.html", status=problem.status,
+                          error=ActionError("register", problem.detail, problem.status,
+                                            problem.extra.get("errors") or []),
+                          form={"username": form.get("username", "")})
+
+
+async def signout(request: Request) -> Response:
+    who = await signed_in(request)
+    if who is not None:
+        form = await read_form(request)
+        try:
+            csrf.check(who[1].csrf, form, dict(request.headers))
+        except Problem as problem:
+            return Response(problem.detail, status_code=problem.status, media_type="text/plain")
+        await sessions.delete(state(request).redis, who[1].token)
+    resp = RedirectResponse("/console/signin", status_code=303)
+    resp.delete_cookie(sessions.COOKIE, path="/console")
+    return resp

@@ -1,0 +1,118 @@
+"""Friends of my agents (send, accept, reject, remove) and my groups (create,
+members and their roles, roster, delete)."""
+
+from __future__ import annotations
+
+from starlette.responses import Response
+
+from app.console.owned import actor, as_actor, my_agents
+from app.console.web import ActionError, Ctx, action, back, page, validated
+from app.errors import Problem
+from app.schemas import FriendRequestCreate, GroupCreate, GroupMemberAdd
+from app.services import social
+
+
+async def friends_page(ctx: Ctx, *, error: ActionError | None = None, status: int = 200) -> Response:
+    agents = await my_agents(ctx)
+    rows = [(a, await social.list_friends(ctx.state.pool, as_actor(ctx, a))) for a in agents]
+    return ctx.render("friends.html", status=status, error=error, nav="friends", rows=rows,
+                      agents=agents)
+
+
+@page
+async def friends(ctx: Ctx) -> Response:
+    return await friends_page(ctx)
+
+
+@action("friend-request", friends_page)
+async def send_request(ctx: Ctx) -> Response:
+    who = await actor(ctx, ctx.form.get("agent_id", ""))
+    body = validated(FriendRequestCreate, {"to_agent_id": ctx.form.get("to_agent_id", "").strip(),
+                                           "note": ctx.form.get("note") or None})
+    s = ctx.state
+    await social.request_friend(s.pool, s.settings, who, body.to_agent_id, body.note,
+                                wakeup=s.wakeup)
+    return back("/console/friends?sent=1")
+
+
+@action("friend-answer", friends_page)
+async def answer_request(ctx: Ctx) -> Response:
+    who = await actor(ctx, ctx.path("agent_id"))
+    s = ctx.state
+    verb = ctx.path("verb")
+    if verb not in ("accept", "reject"):
+        raise Problem(404, f"no such answer '{verb}'; accept or reject")
+    if verb == "accept":
+        await social.accept_friend(s.pool, s.settings, who, ctx.path("request_id"), wakeup=s.wakeup)
+    else:
+        await social.reject_friend(s.pool, who, ctx.path("request_id"))
+    return back("/console/friends")
+
+
+@action("friend-remove", friends_page)
+async def remove_friend(ctx: Ctx) -> Response:
+    who = await actor(ctx, ctx.path("agent_id"))
+    await social.remove_friend(ctx.state.pool, who, ctx.path("friend_id"))
+    return back("/console/friends")
+
+
+async def groups_page(ctx: Ctx, *, error: ActionError | None = None, status: int = 200) -> Response:
+    groups = await social.owner_groups(ctx.state.pool, ctx.owner)
+    return ctx.render("groups.html", status=status, error=error, nav="groups", groups=groups)
+
+
+@page
+async def groups(ctx: Ctx) -> Response:
+    return await groups_page(ctx)
+
+
+@action("create-group", groups_page)
+async def create_group(ctx: Ctx) -> Response:
+    body = validated(GroupCreate, {"group_id": ctx.form.get("group_id", "").strip(),
+                                   "name": ctx.form.get("name", "").strip()})
+    await social.create_group(ctx.state.pool, ctx.owner, body.group_id, body.name)
+    return back(f"/console/groups/{body.group_id}")
+
+
+async def group_page(ctx: Ctx, *, error: ActionError | None = None, status: int = 200) -> Response:
+    group = await social.owner_group(ctx.state.pool, ctx.owner, ctx.path("group_id"))
+    agents = await my_agents(ctx)
+    candidates = {a.agent_id for a in agents}
+    for a in agents:
+        candidates |= {f.agent_id for f in (await social.list_friends(ctx.state.pool,
+                                                                      as_actor(ctx, a))).friends}
+    members = {m.agent_id for m in group.members}
+    return ctx.render("group.html", status=status, error=error, nav="groups", group=group,
+                      candidates=sorted(candidates - members))
+
+
+@page
+async def group(ctx: Ctx) -> Response:
+    return await group_page(ctx)
+
+
+@action("add-member", group_page)
+async def add_member(ctx: Ctx) -> Response:
+    group_id = ctx.path("group_id")
+    body = validated(GroupMemberAdd, {"agent_id": ctx.form.get("agent_id", "").strip(),
+                                      "role": ctx.form.get("role") or "member"})
+    s = ctx.state
+    await social.add_member(s.pool, s.settings, ctx.owner, group_id, body.agent_id, body.role,
+                            wakeup=s.wakeup)
+    return back(f"/console/groups/{group_id}")
+
+
+@action("remove-member", group_page)
+async def remove_member(ctx: Ctx) -> Response:
+    group_id = ctx.path("group_id")
+    s = ctx.state
+    await social.remove_member(s.pool, s.settings, ctx.owner, group_id, ctx.path("agent_id"),
+                               wakeup=s.wakeup)
+    return back(f"/console/groups/{group_id}")
+
+
+@action("delete-group", group_page)
+async def delete_group(ctx: Ctx) -> Response:
+    s = ctx.state
+    await social.delete_group(s.pool, s.settings, ctx.owner, ctx.path("group_id"), wakeup=s.wakeup)
+    return back("/console/groups")

@@ -1,0 +1,197 @@
+"""What every console page needs: the signed-in owner, the form, CSRF, rendering.
+
+A page handler gets a :class:`Ctx` (``@page``); a form handler (``@action``) is
+refused without the session's CSRF token, and when the service it calls raises
+a problem, the page it came from is rendered again with the problem's detail
+next to that form (status = the problem's status), so plain HTML forms and
+htmx-boosted ones show the same message.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any, TypeVar
+from urllib.parse import parse_qsl, quote
+
+from pydantic import BaseModel, ValidationError
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+from starlette.templating import Jinja2Templates
+
+from app.api.deps import State, check_path_params, check_storable, state
+from app.console import csrf
+from app.console import session as sessions
+from app.errors import Problem, validation_problem
+from app.services.principals import Owner
+from app.store import users as users_store
+
+M = TypeVar("M", bound=BaseModel)
+HERE = Path(__file__).parent
+templates = Jinja2Templates(directory=str(HERE / "templates"))
+
+
+def _when(value: Any) -> str:
+    if value is None or value == "":
+        return "—"
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            return value
+    return f"{value:%Y-%m-%d %H:%M:%S}"
+
+
+def _pretty(value: Any) -> str:
+    return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True, default=str)
+
+
+templates.env.filters["when"] = _when
+templates.env.filters["pretty"] = _pretty
+
+# Scripts only from our own origin, no inline script, no framing: should an
+# escaping mistake ever let markup through, it still cannot run.
+SECURITY_HEADERS = {
+    "Cache-Control": "no-store",
+    "Content-Security-Policy": "default-src 'self'; script-src 'self'; style-src 'self'; "
+                               "img-src 'self' data:; object-src 'none'; base-uri 'none'; "
+                               "frame-ancestors 'none'; form-action 'self'",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",
+}
+
+
+@dataclass
+class ActionError:
+    """A problem shown next to the form named ``action``."""
+    action: str
+    detail: str
+    status: int
+    errors: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class Ctx:
+    request: Request
+    state: State
+    owner: Owner
+    session: sessions.Session
+    form: dict[str, str]
+
+    @property
+    def query(self) -> Any:
+        return self.request.query_params
+
+    def path(self, name: str) -> str:
+        return str(self.request.path_params[name])
+
+    def render(self, template: str, *, status: int = 200, error: ActionError | None = None,
+               **data: Any) -> Response:
+        return templates.TemplateResponse(
+            self.request, template, status_code=status,
+            context={"me": self.owner, "csrf_token": self.session.csrf, "error": error,
+                     "form": self.form, **data},
+            headers=SECURITY_HEADERS)
+
+
+Handler = Callable[[Ctx], Awaitable[Response]]
+Renderer = Callable[..., Awaitable[Response]]
+
+
+async def read_form(request: Request) -> dict[str, str]:
+    if request.method != "POST":
+        return {}
+    raw = (await request.body()).decode("utf-8", errors="replace")
+    form: dict[str, str] = {}
+    for key, value in parse_qsl(raw, keep_blank_values=True):
+        # A repeated field (checkboxes) is joined; no console form needs more.
+        form[key] = f"{form[key]},{value}" if key in form else value
+    check_storable(form)
+    return form
+
+
+async def signed_in(request: Request) -> tuple[Owner, sessions.Session] | None:
+    s = state(request)
+    session = await sessions.load(s.redis, request.cookies.get(sessions.COOKIE),
+                                  s.settings.console_session_ttl_seconds)
+    if session is None:
+        return None
+    user = await users_store.by_id(s.pool, session.user_id)
+    if user is None:
+        return None
+    return Owner(user["user_id"], user["username"], user["is_admin"]), session
+
+
+def to_signin(request: Request) -> Response:
+    target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+    return RedirectResponse(f"/console/signin?next={quote(target)}", status_code=303)
+
+
+async def _ctx(request: Request) -> Ctx | Response:
+    """The signed-in context, a redirect to sign in, or an error page for input
+    that cannot even be read (a NUL byte in a path or a field)."""
+    who = await signed_in(request)
+    if who is None:
+        return to_signin(request)
+    ctx = Ctx(request, state(request), who[0], who[1], {})
+    try:
+        check_path_params(request)
+        ctx.form = await read_form(request)
+    except Problem as problem:
+        return error_page(ctx, problem)
+    return ctx
+
+
+def error_page(ctx: Ctx, problem: Problem) -> Response:
+    return ctx.render("error.html", status=problem.status, problem=problem)
+
+
+def page(fn: Handler) -> Callable[[Request], Awaitable[Response]]:
+    async def endpoint(request: Request) -> Response:
+        ctx = await _ctx(request)
+        if not isinstance(ctx, Ctx):
+            return ctx
+        try:
+            return await fn(ctx)
+        except Problem as problem:
+            return error_page(ctx, problem)
+    return endpoint
+
+
+def action(name: str, again: Renderer) -> Callable[[Handler], Callable[[Request], Awaitable[Response]]]:
+    """A form handler; on a problem, ``again(ctx, error=…, status=…)`` renders its page."""
+    def wrap(fn: Handler) -> Callable[[Request], Awaitable[Response]]:
+        async def endpoint(request: Request) -> Response:
+            ctx = await _ctx(request)
+            if not isinstance(ctx, Ctx):
+                return ctx
+            try:
+                csrf.check(ctx.session.csrf, ctx.form, dict(request.headers))
+            except Problem as problem:
+                return error_page(ctx, problem)
+            try:
+                return await fn(ctx)
+            except Problem as problem:
+                err = ActionError(name, problem.detail, problem.status,
+                                  problem.extra.get("errors") or [])
+                try:
+                    return await again(ctx, error=err, status=problem.status)
+                except Problem as second:  # the page itself is gone (e.g. just deleted)
+                    return error_page(ctx, second)
+        return endpoint
+    return wrap
+
+
+def validated(model: type[M], data: dict[str, Any]) -> M:
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise validation_problem(exc) from exc
+
+
+def back(url: str) -> Response:
+    """Post/redirect/get: a reload never resubmits the form."""
+    return RedirectResponse(url, status_code=303)
