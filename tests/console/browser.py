@@ -2,20 +2,26 @@
 
 A console test gets a fresh browser context (its own cookies) per owner. Every
 page records dialogs, console errors and uncaught exceptions, so a test can
-prove that no script ran. ``shoot`` writes the page at 1280 px and 390 px into
-docs/console/, the screenshots docs/console.md shows.
+prove that no script ran. ``shoot`` writes the page at 1280 px and 390 px: into
+a temporary folder, or with ``MESH_CONSOLE_SHOTS=docs/console`` into the folder
+docs/console.md shows (how its screenshots are made; a plain test run leaves the
+committed ones alone).
 """
 
 from __future__ import annotations
 
+import os
 import shutil
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from playwright.async_api import Browser, BrowserContext, Page
 
 CHROMIUM = "/usr/bin/chromium"
-SHOTS = Path(__file__).resolve().parents[2] / "docs" / "console"
+DOC_SHOTS = Path(__file__).resolve().parents[2] / "docs" / "console"
+SHOTS = Path(os.environ.get("MESH_CONSOLE_SHOTS")
+             or Path(tempfile.gettempdir()) / "mesh-console-shots")
 WIDTHS = {"desktop": (1280, 800), "phone": (390, 844)}
 FLAGS = ["--disable-background-networking", "--disable-component-update", "--no-first-run",
          "--disable-dev-shm-usage"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from tests.console.browser import SHOTS, WIDTHS
+from tests.console.browser import DOC_SHOTS, WIDTHS
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "console.md"
 
@@ -19,5 +19,5 @@ def test_every_screenshot_in_the_doc_exists_and_every_page_is_shown_at_both_widt
     for page in pages:
         for width in WIDTHS:
             assert f"console/{page}-{width}.png" in images, (page, width)
-    written = {p.name for p in SHOTS.glob("*.png")}
+    written = {p.name for p in DOC_SHOTS.glob("*.png")}
     assert {Path(i).name for i in images} == written
