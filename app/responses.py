@@ -350,3 +350,39 @@ class RetriedOne(Out):
 
 class RetriedAll(Out):
     retried: int
+
+
+# --- teams (issue 11) ----------------------------------------------------------------
+
+class GroupMessageOut(Out):
+    group_id: str
+    message_id: str
+    sender: str
+    parts: Parts
+    metadata: Json | None
+    recipients: int
+    created_at: Timestamp
+
+
+class BroadcastRecipient(Out):
+    agent_id: str
+    task_id: str
+    state: TaskState
+    last_message: Json | None
+    timed_out: bool
+
+
+class BroadcastOut(Out):
+    broadcast_id: str
+    context_id: str
+    sender: str
+    group_id: str | None
+    policy: Literal["all", "any", "n"]
+    n: int
+    deadline: Timestamp
+    status: Literal["open", "met", "unmet", "timeout"]
+    completed_at: Timestamp | None
+    created_at: Timestamp
+    task_ids: list[str]
+    completed: int
+    recipients: list[BroadcastRecipient]

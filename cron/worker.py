@@ -65,6 +65,10 @@ async def gauges(ctx: dict[str, Any]) -> dict[str, Any]:
     return await jobs.update_gauges(ctx["pool"])
 
 
+async def broadcast_timeout(ctx: dict[str, Any]) -> int:
+    return len(await jobs.settle_broadcasts(ctx["pool"], ctx["settings"]))
+
+
 EVERY_15_S = {0, 15, 30, 45}
 
 
@@ -76,6 +80,8 @@ class WorkerSettings:
         cron(dead_letter_alert, second=10, unique=True, run_at_startup=True, timeout=60),
         cron(outbox_retention, minute=17, second=30, unique=True, run_at_startup=True,
              timeout=1800),
+        cron(broadcast_timeout, second=EVERY_15_S, unique=True, run_at_startup=True,
+             timeout=120),
     ]
     on_startup = startup
     on_shutdown = shutdown

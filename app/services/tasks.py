@@ -26,6 +26,7 @@ from app.responses import (
     TaskWithMessage,
 )
 from app.schemas import ArtifactIn, MessageIn, StatusChange, TaskCreate, dump_parts
+from app.services import broadcasts
 from app.services.hashing import content_hash
 from app.services.principals import Agent
 from app.services.replay import Replay, message_id_reused, same_request
@@ -293,6 +294,8 @@ async def change_status(pool: asyncpg.Pool, settings: Settings, me: Agent, task_
                 payload={"state": body.state, "previous_state": task["state"],
                          "message": message, "task": out.wire()}), allow_missing=True,
                 message_id=message_id if message is not None else None)
+            if task_states.is_terminal(body.state):
+                await broadcasts.settle_for_task(tx, task_id)
             return out
     except Replay as replay:
         return replay.result  # type: ignore[return-value]
@@ -388,4 +391,5 @@ async def time_out(tx: Writes, settings: Settings, task: asyncpg.Record) -> Task
                  context_id=task["context_id"], from_agent_id=None, payload=payload)
         for agent in sorted({task["initiator"], task["serving_agent"]})
     ], skip_missing=True)
+    await broadcasts.settle_for_task(tx, task["task_id"])
     return out

@@ -43,10 +43,13 @@ async def compare_and_set_state(conn: Conn, task_id: str, expected: str, new: st
                                 set_by: str | None) -> asyncpg.Record | None:
     """The transition itself: applied only if the state is still ``expected``.
     ``set_by`` is the agent making the move (None for a system move)."""
+    # The same statement records the change for context timelines.
     return await conn.fetchrow(
-        f"UPDATE tasks SET state = $3, status_message = $4, state_set_by = $5, "
-        f"updated_at = now() WHERE task_id = $1 AND state = $2 RETURNING {TASK_COLUMNS}",
-        task_id, expected, new, status_message, set_by)
+        f"WITH u AS (UPDATE tasks SET state = $3, status_message = $4, state_set_by = $5, "
+        f"updated_at = now() WHERE task_id = $1 AND state = $2 RETURNING {TASK_COLUMNS}), "
+        f"h AS (INSERT INTO task_state_changes (task_id, context_id, from_state, to_state, "
+        f"set_by, status_message) SELECT task_id, context_id, $2, $3, $5, $4 FROM u) "
+        f"SELECT * FROM u", task_id, expected, new, status_message, set_by)
 
 
 async def insert_message(conn: Conn, *, message_id: str, task_id: str, context_id: str,
