@@ -7,8 +7,8 @@ in a shared context (each with the same first message) and every recipient's
 a row lock on the broadcast, so it can happen once only:
 
 * early, in the status-change transaction of the task that decides it
-  (:func:`settle_for_task`, called by ``app.services.tasks`` on every move to a
-  terminal state, timeouts included);
+  (:func:`lock_for_task` then :func:`settle_locked`, called by
+  ``app.services.tasks`` on every move to a terminal state, timeouts included);
 * or at the deadline, by cron (:func:`settle_due`).
 
 Tasks outlive their broadcast: a late answer lands on its own task as usual.
@@ -140,12 +140,20 @@ async def _finish(tx: Writes, record: asyncpg.Record, outcome: str) -> Broadcast
     return view
 
 
-async def settle_for_task(tx: Writes, task_id: str) -> BroadcastOut | None:
-    """After ``task_id`` reached a terminal state in ``tx``: settle its broadcast if
-    that decided it. Cheap for a task of no broadcast (one indexed lookup)."""
-    record = await store.lock_open_for_task(tx.conn, task_id)
-    if record is None:
-        return None
+async def lock_for_task(tx: Writes, task: asyncpg.Record) -> asyncpg.Record | None:
+    """Before a task that reached a terminal state emits anything: lock its open
+    broadcast (None: none, or settled), then both participants' inbox counters.
+    Cron settles under the broadcast lock and then appends to the sender, so
+    every path takes broadcast → counters in this order and none can deadlock.
+    Cheap for a task of no broadcast (one indexed lookup)."""
+    record = await store.lock_open_for_task(tx.conn, task["task_id"])
+    if record is not None:
+        await teams_store.lock_counters(tx.conn, [task["initiator"], task["serving_agent"]])
+    return record
+
+
+async def settle_locked(tx: Writes, record: asyncpg.Record) -> BroadcastOut | None:
+    """Settle the broadcast :func:`lock_for_task` locked if its tasks now decide it."""
     rows = await store.progress(tx.conn, record["broadcast_id"])
     decided = broadcast_policy.outcome(
         record["n"], completed=sum(r["state"] == "completed" for r in rows),

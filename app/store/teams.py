@@ -45,3 +45,10 @@ async def relationships(conn: Conn, sender: str,
         friends=r["friends"], shares_group=r["shares_group"], same_owner=r["same_owner"],
         either_virtual_user=r["either_virtual_user"], both_exist=r["both_exist"])
         for r in rows}
+
+
+async def lock_counters(conn: Conn, agent_ids: list[str]) -> None:
+    """Take the inbox-counter row locks ``events.append`` would take, in its order,
+    ahead of a transaction that appends to these agents in several statements."""
+    await conn.execute("SELECT 1 FROM agents WHERE agent_id = ANY($1::text[]) "
+                       "ORDER BY agent_id FOR UPDATE", agent_ids)
