@@ -115,6 +115,9 @@ class Timeline(Out):
     messages: list[TimelineMessage]
     tasks: list[str]
     truncated: bool
+    # The same entries the agent-side timeline pages through (issue 11).
+    entries: list[TimelineEntry]
+    next_cursor: str | None
 
 
 # --- owners, agents, keys ----------------------------------------------------------
@@ -386,3 +389,27 @@ class BroadcastOut(Out):
     task_ids: list[str]
     completed: int
     recipients: list[BroadcastRecipient]
+
+
+class StateChangeOut(Out):
+    from_state: TaskState
+    to_state: TaskState
+    set_by: str | None
+    status_message: Json | None
+
+
+class TimelineEntry(Out):
+    """One thing that happened in a context; exactly the field its ``kind`` names is set."""
+    kind: Literal["task", "message", "state", "artifact"]
+    at: Timestamp
+    task_id: str
+    task: TaskOut | None = None
+    message: MessageOut | None = None
+    state: StateChangeOut | None = None
+    artifact: ArtifactOut | None = None
+
+
+class ContextTimeline(Out):
+    context_id: str
+    entries: list[TimelineEntry]
+    next_cursor: str | None

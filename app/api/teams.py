@@ -1,4 +1,4 @@
-"""Agent side, teams: group messages, broadcasts (DESIGN §4, issue 11)."""
+"""Agent side, teams: group messages, broadcasts, context timelines (DESIGN §4, issue 11)."""
 
 from __future__ import annotations
 
@@ -6,10 +6,12 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from app.api.deps import agent, body, doc, json, state
-from app.responses import BroadcastOut, GroupMessageOut
+from app.api.deps import agent, body, doc, int_query, json, state
+from app.errors import Problem
+from app.ids import is_valid_id
+from app.responses import BroadcastOut, ContextTimeline, GroupMessageOut
 from app.schemas import BroadcastCreate, GroupMessageIn
-from app.services import broadcasts, group_messages
+from app.services import broadcasts, group_messages, timeline
 
 
 @doc("Post a message to a group you are a member of: every other member gets one "
@@ -43,8 +45,24 @@ async def get_broadcast(request: Request) -> Response:
                                      request.path_params["broadcast_id"]))
 
 
+@doc("A context's timeline — its tasks, messages, state changes and artifacts, oldest "
+     "first, paged (?limit=, default 200; ?cursor=next_cursor) — for participants and for "
+     "members of the group the context belongs to", response=ContextTimeline, auth="agent",
+     tag="teams")
+async def context_timeline(request: Request) -> Response:
+    me = await agent(request)
+    context_id = request.path_params["context_id"]
+    if not is_valid_id(context_id):
+        raise Problem(422, "context_id is not a valid id")
+    limit = int_query(request, "limit", default=200, minimum=1, maximum=1000)
+    assert limit is not None
+    return json(await timeline.agent_timeline(state(request).pool, me, context_id, limit,
+                                              request.query_params.get("cursor") or None))
+
+
 routes = [
     Route("/v1/mesh/groups/{group_id}/messages", post_group_message, methods=["POST"]),
     Route("/v1/mesh/broadcasts", create_broadcast, methods=["POST"]),
     Route("/v1/mesh/broadcasts/{broadcast_id}", get_broadcast, methods=["GET"]),
+    Route("/v1/mesh/contexts/{context_id}/timeline", context_timeline, methods=["GET"]),
 ]
