@@ -154,6 +154,7 @@ class AgentOut(Out):
     created_at: Timestamp
     updated_at: Timestamp
     instructions: str  # the agent's system prompt; owners and the agent itself only
+    listed: bool  # in the directory (issue 11); the owner opts in with PATCH
 
     @field_validator("skills", mode="before")
     @classmethod
@@ -412,4 +413,21 @@ class TimelineEntry(Out):
 class ContextTimeline(Out):
     context_id: str
     entries: list[TimelineEntry]
+    next_cursor: str | None
+
+
+class DirectoryEntry(Out):
+    agent_id: str
+    name: str
+    display_name: str
+    description: str
+    skills: list[Json]
+    kind: Literal["normal", "virtual-user"]
+    status: str
+    last_heartbeat_at: Timestamp | None
+    rank: float
+
+
+class DirectoryPage(Out):
+    agents: list[DirectoryEntry]
     next_cursor: str | None

@@ -119,6 +119,8 @@ class AgentPatch(Strict):
     skills: Annotated[list[Skill], Field(max_length=100)] | None = None
     instructions: str | None = None
     _check_instructions = field_validator("instructions")(_instructions_size)
+    # In the directory (GET /v1/mesh/directory)? Off until the owner opts in.
+    listed: bool | None = None
 
 
 class GroupCreate(Strict):

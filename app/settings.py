@@ -84,6 +84,9 @@ class Settings(BaseSettings):
     sentry_environment: str = "development"
     metrics_port: int | None = None
     log_level: str = "INFO"
+    # Outgoing friend requests an agent may have pending at once (issue 11): the
+    # directory must not become a way to spam every listed agent.
+    friend_requests_pending_max: int = 20
 
     @property
     def bus_kind(self) -> Literal["kafka", "nats", "redis"]:

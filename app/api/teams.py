@@ -1,4 +1,5 @@
-"""Agent side, teams: group messages, broadcasts, context timelines (DESIGN §4, issue 11)."""
+"""Agent side, teams: group messages, broadcasts, context timelines, the directory
+(DESIGN §4, issue 11)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,9 @@ from starlette.routing import Route
 from app.api.deps import agent, body, doc, int_query, json, state
 from app.errors import Problem
 from app.ids import is_valid_id
-from app.responses import BroadcastOut, ContextTimeline, GroupMessageOut
+from app.responses import BroadcastOut, ContextTimeline, DirectoryPage, GroupMessageOut
 from app.schemas import BroadcastCreate, GroupMessageIn
-from app.services import broadcasts, group_messages, timeline
+from app.services import broadcasts, directory, group_messages, timeline
 
 
 @doc("Post a message to a group you are a member of: every other member gets one "
@@ -60,9 +61,25 @@ async def context_timeline(request: Request) -> Response:
                                               request.query_params.get("cursor") or None))
 
 
+@doc("Search the directory of listed agents: ?q= words (over name, display name, skills and "
+     "description; ranked), ?skill= a skill id, name or tag, ?limit=, ?cursor=",
+     response=DirectoryPage, auth="agent", tag="teams")
+async def directory_search(request: Request) -> Response:
+    await agent(request)
+    q = request.query_params
+    if len(q.get("q", "")) > 200:
+        raise Problem(422, "q is longer than 200 characters")
+    limit = int_query(request, "limit", default=20, minimum=1, maximum=100)
+    assert limit is not None
+    return json(await directory.search(state(request).pool, q=q.get("q", ""),
+                                       skill=q.get("skill") or None, limit=limit,
+                                       cursor=q.get("cursor") or None))
+
+
 routes = [
     Route("/v1/mesh/groups/{group_id}/messages", post_group_message, methods=["POST"]),
     Route("/v1/mesh/broadcasts", create_broadcast, methods=["POST"]),
     Route("/v1/mesh/broadcasts/{broadcast_id}", get_broadcast, methods=["GET"]),
     Route("/v1/mesh/contexts/{context_id}/timeline", context_timeline, methods=["GET"]),
+    Route("/v1/mesh/directory", directory_search, methods=["GET"]),
 ]
