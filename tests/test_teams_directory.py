@@ -72,9 +72,9 @@ async def test_pending_friend_requests_are_limited_per_agent(mesh: MeshFactory,
     assert await db.fetchval("SELECT count(*) FROM friendships WHERE requester = $1",
                              spammer.agent_id) == 20
     # An answer frees a slot.
-    accepted = [t for t, r in zip(targets, results, strict=True) if r.status_code == 201][0]
+    accepted = next(t for t, r in zip(targets, results, strict=True) if r.status_code == 201)
     request_id = next(r.json()["request_id"] for r in results
                       if r.status_code == 201 and r.json()["to_agent_id"] == accepted.agent_id)
     ok(await accepted.post(f"/v1/mesh/friends/requests/{request_id}/accept"))
-    late = [t for t, r in zip(targets, results, strict=True) if r.status_code == 429][0]
+    late = next(t for t, r in zip(targets, results, strict=True) if r.status_code == 429)
     ok(await spammer.post("/v1/mesh/friends/requests", {"to_agent_id": late.agent_id}), 201)

@@ -34,7 +34,7 @@ from app.store import agents as agents_store
 from app.store import tasks as tasks_store
 from app.store import timeline as store
 
-Cursor = tuple[datetime, int, str]
+Cursor = tuple[datetime, str, int, str]
 
 
 async def context_timeline(pool: asyncpg.Pool, owner: Owner, context_id: str,
@@ -82,21 +82,22 @@ async def _page(conn: asyncpg.Connection, context_id: str, agent_ids: list[str] 
                                         "artifact": artifacts}
     entries = [TimelineEntry(kind=k["kind"], at=k["at"], task_id=k["task_id"],
                              **{k["kind"]: found[k["kind"]].get(k["key"])}) for k in keys]
-    next_cursor = encode_cursor((keys[-1]["at"], keys[-1]["rank"], keys[-1]["key"])) \
-        if more else None
+    last = keys[-1] if keys else None
+    next_cursor = encode_cursor((last["at"], last["task_id"], last["rank"], last["key"])) \
+        if more and last is not None else None
     return entries, next_cursor
 
 
 def encode_cursor(position: Cursor) -> str:
-    at, rank, key = position
-    raw = f"{at.isoformat()}|{rank}|{key}".encode()
+    at, task_id, rank, key = position
+    raw = f"{at.isoformat()}|{task_id}|{rank}|{key}".encode()
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
 def decode_cursor(cursor: str) -> Cursor:
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
-        stamp, rank, key = raw.split("|", 2)
-        return datetime.fromisoformat(stamp), int(rank), key
+        stamp, task_id, rank, key = raw.split("|", 3)
+        return datetime.fromisoformat(stamp), task_id, int(rank), key
     except (ValueError, binascii.Error, UnicodeDecodeError) as exc:
         raise bad_request("invalid cursor; pass the next_cursor of a previous page") from exc

@@ -1,8 +1,10 @@
 """A context's timeline: its tasks, messages, state changes and artifacts, in order.
 
-Entries are paged by keyset on (at, rank, key): ``rank`` puts a task before its
-first message when both carry the transaction's timestamp, and a status
-change's message before the change itself (``clock_timestamp()``, later)."""
+Entries are paged by keyset on (at, task_id, rank, key): entries written in one
+transaction share its timestamp, so they are grouped by task (a broadcast's
+tasks each with its first message), and ``rank`` puts a task before its first
+message. A status change's message comes before the change itself, which is
+stamped with ``clock_timestamp()`` (later)."""
 
 from __future__ import annotations
 
@@ -32,18 +34,20 @@ WITH visible AS (
       FROM task_artifacts a JOIN visible USING (task_id)
 )
 SELECT at, rank, key, kind, task_id FROM e
-WHERE $3::timestamptz IS NULL OR (at, rank, key) > ($3::timestamptz, $4::int, $5::text)
-ORDER BY at, rank, key LIMIT $6
+WHERE $3::timestamptz IS NULL
+   OR (at, task_id, rank, key) > ($3::timestamptz, $4::text, $5::int, $6::text)
+ORDER BY at, task_id, rank, key LIMIT $7
 """
 
 
 async def entries(conn: Conn, context_id: str, agent_ids: list[str] | None,
-                  after: tuple[datetime, int, str] | None,
+                  after: tuple[datetime, str, int, str] | None,
                   limit: int) -> list[asyncpg.Record]:
     """Entry keys in order; ``agent_ids`` limits them to tasks one of those agents
     takes part in (None: the whole context)."""
-    at, rank, key = after if after is not None else (None, None, None)
-    return list(await conn.fetch(_ENTRIES_SQL, context_id, agent_ids, at, rank, key, limit))
+    at, task_id, rank, key = after if after is not None else (None, None, None, None)
+    return list(await conn.fetch(_ENTRIES_SQL, context_id, agent_ids, at, task_id, rank, key,
+                                 limit))
 
 
 async def tasks(conn: Conn, task_ids: list[str]) -> list[asyncpg.Record]:
