@@ -20,7 +20,7 @@ from arq import cron
 
 from app import db
 from app.settings import Settings, load_settings
-from cron import jobs
+from cron import jobs, retention
 from workers.process import arq_redis_settings, setup_process
 
 log = logging.getLogger("mesh.cron")
@@ -69,6 +69,10 @@ async def broadcast_timeout(ctx: dict[str, Any]) -> int:
     return len(await jobs.settle_broadcasts(ctx["pool"], ctx["settings"]))
 
 
+async def data_retention(ctx: dict[str, Any]) -> dict[str, int]:
+    return await retention.apply_retention(ctx["pool"], ctx["settings"])
+
+
 EVERY_15_S = {0, 15, 30, 45}
 
 
@@ -82,6 +86,8 @@ class WorkerSettings:
              timeout=1800),
         cron(broadcast_timeout, second=EVERY_15_S, unique=True, run_at_startup=True,
              timeout=120),
+        cron(data_retention, minute=47, second=30, unique=True, run_at_startup=True,
+             timeout=1800),
     ]
     on_startup = startup
     on_shutdown = shutdown
