@@ -7,6 +7,7 @@ from typing import Any
 
 import asyncpg
 
+from app.domain.task_states import INITIAL
 from app.store.tasks import MESSAGE_COLUMNS, TASK_COLUMNS
 
 Conn = asyncpg.Connection | asyncpg.Pool
@@ -31,8 +32,8 @@ async def insert_tasks(conn: Conn, *, broadcast_id: str, context_id: str, initia
     """One task per recipient and its link to the broadcast, in two statements."""
     rows = await conn.fetch(
         f"INSERT INTO tasks (task_id, context_id, initiator, serving_agent, state) "
-        f"SELECT t, $2, $3, r, 'submitted' FROM unnest($1::text[], $4::text[]) AS x(t, r) "
-        f"RETURNING {TASK_COLUMNS}", task_ids, context_id, initiator, recipients)
+        f"SELECT t, $2, $3, r, $5 FROM unnest($1::text[], $4::text[]) AS x(t, r) "
+        f"RETURNING {TASK_COLUMNS}", task_ids, context_id, initiator, recipients, INITIAL)
     await conn.execute(
         "INSERT INTO broadcast_tasks (broadcast_id, task_id, recipient) "
         "SELECT $1, t, r FROM unnest($2::text[], $3::text[]) AS x(t, r)",

@@ -87,3 +87,36 @@ async def test_sdk_cli_and_mcp_for_teams(world, gateway, uniq, tmp_path):
         assert err is None and [x["agent_id"] for x in found["agents"]] == [helper.agent_id]
         _, err = await call(client, "mesh_broadcast", text="x", to_agent_ids=["ghost@nobody"])
         assert err and "ghost@nobody" in err
+
+
+async def test_agent_runtime_team_tools(world, gateway, uniq):
+    """The in-process tools `mesh agent` gives its model, called as the model would."""
+    import json
+
+    from meshd.agent.tools import RunContext, build_tools
+
+    a_h, b_h = await world.pair(uniq)
+    gid = f"rt-{uniq}"
+    assert (await world.bob.post("/v1/groups", {"group_id": gid, "name": "RT"})).status_code == 201
+    other = await world.bob.agent(f"o{uniq}")
+    for member in (b_h, other):
+        assert (await world.bob.post(f"/v1/groups/{gid}/members",
+                                     {"agent_id": member.agent_id})).status_code == 201
+    async with MeshClient(gateway, api_key=b_h.api_key) as b:
+        [event] = (await b.poll_inbox(0, limit=1)).events
+        tools = {t.name: t.handler for t in build_tools(RunContext(b, b_h.agent_id, event))}
+
+        async def use(name: str, **args):
+            out = await tools[name](args)
+            assert not out.get("is_error"), out
+            return json.loads(out["content"][0]["text"])
+
+        assert (await use("mesh_notify_group", group_id=gid, text="hello team"))["recipients"] == 1
+        bc = await use("mesh_broadcast", text="who is free?", to_agent_ids=[a_h.agent_id],
+                       policy="any", timeout_seconds=30)
+        assert bc["status"] == "open"
+        tl = await use("mesh_get_timeline", context_id=bc["context_id"])
+        assert [e["kind"] for e in tl["entries"]] == ["task", "message"]
+        assert (await use("mesh_search_directory", query=f"nothing-{uniq}"))["agents"] == []
+        refused = await tools["mesh_broadcast"]({"text": "x", "to_agent_ids": ["ghost@nobody"]})
+        assert refused["is_error"] and "ghost@nobody" in refused["content"][0]["text"]
