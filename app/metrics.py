@@ -80,3 +80,8 @@ SSE_GAP_FILLS = Counter(
     "agent_mesh_sse_gap_fills",
     "Holes in an agent's Redis stream that an SSE reader filled from Postgres.",
 )
+BROADCASTS_SETTLED = Counter(
+    "agent_mesh_broadcasts_settled_total",
+    "Broadcasts settled, by outcome (met, unmet, timeout); counted after the commit.",
+    ["outcome"],
+)

@@ -13,6 +13,7 @@ from typing import Any
 
 import asyncpg
 import pytest
+from prometheus_client import REGISTRY
 
 from app.settings import Settings
 from cron import jobs
@@ -46,6 +47,12 @@ async def broadcast(sender: AgentHandle, to: list[AgentHandle], policy: str = "a
     body = {"to_agent_ids": [a.agent_id for a in to], "message": text_message("vote?"),
             "policy": policy, "timeout_seconds": TIMEOUT, **extra}
     return ok(await sender.post("/v1/mesh/broadcasts", body), 201)  # type: ignore[no-any-return]
+
+
+def settled_count() -> float:
+    return sum(REGISTRY.get_sample_value("agent_mesh_broadcasts_settled_total",
+                                         {"outcome": o}) or 0.0
+               for o in ("met", "unmet", "timeout"))
 
 
 def task_of(out: dict[str, Any], agent: AgentHandle) -> str:
@@ -140,6 +147,7 @@ async def test_n_of_three_and_unmet(mesh: MeshFactory) -> None:
 async def test_racing_completions_emit_exactly_once(mesh: MeshFactory, iso: Settings,
                                                     pool: asyncpg.Pool) -> None:
     sender, agents = await team(mesh, 5)
+    settled_before = settled_count()
     rounds = []
     for policy, extra in (("all", {}), ("any", {}), ("n", {"n": 3})):
         out = await broadcast(sender, agents, policy, **extra)
@@ -158,6 +166,8 @@ async def test_racing_completions_emit_exactly_once(mesh: MeshFactory, iso: Sett
     assert [d["broadcast_id"] for d in done] == rounds
     assert await pool.fetchval("SELECT count(*) FROM inbox_events WHERE agent_id = $1 AND "
                                "type = 'broadcast.completed'", sender.agent_id) == 4
+    # The gateway runs in this process: the counter moved once per broadcast.
+    assert settled_count() - settled_before == 4
 
 
 async def test_refused_up_front_naming_the_recipients(mesh: MeshFactory,

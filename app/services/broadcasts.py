@@ -25,6 +25,7 @@ from app.domain import broadcast_policy
 from app.domain.permissions import can_communicate
 from app.domain.task_states import TERMINAL
 from app.errors import Problem, bad_request, forbidden, not_found
+from app.metrics import BROADCASTS_SETTLED
 from app.responses import BroadcastOut, BroadcastRecipient, MessageOut, TaskOut
 from app.schemas import BroadcastCreate, dump_parts
 from app.services.group_messages import GROUP_BATCH, batches
@@ -137,6 +138,11 @@ async def _finish(tx: Writes, record: asyncpg.Record, outcome: str) -> Broadcast
     await tx.append([NewEvent(
         agent_id=record["sender"], type="broadcast.completed", context_id=record["context_id"],
         from_agent_id=None, payload={"broadcast": view.wire()})], skip_missing=True)
+
+    async def count() -> None:  # after the commit: a rolled-back settle never happened
+        BROADCASTS_SETTLED.labels(outcome=outcome).inc()
+
+    tx.after_commit(count)
     return view
 
 
