@@ -18,8 +18,9 @@ from prometheus_client import REGISTRY
 from app.settings import Settings
 from cron import jobs
 from tests.api_helpers import move, ok, problem, text_message
-from tests.support.isolated import db_now
+from tests.support.isolated import db_now, wait_until
 from tests.support.meshapi import AgentHandle, MeshFactory
+from tests.support.procs import MeshProcess
 from tests.support.servers import serve_app
 
 TIMEOUT = 600
@@ -207,3 +208,35 @@ async def test_broadcast_to_a_group(mesh: MeshFactory) -> None:
     await finish(b, task_of(out, b))
     [done] = await completions(lead)
     assert done["status"] == "met"
+
+
+@pytest.mark.faults
+async def test_two_real_cron_processes_and_a_restart_settle_once(
+        mesh: MeshFactory, iso: Settings, pool: asyncpg.Pool) -> None:
+    """Real ``arq cron.worker.WorkerSettings`` processes on the database clock: two run
+    the deadline job at start-up on the same due broadcast, one is restarted, and
+    the sender still has exactly one broadcast.completed."""
+    sender, (a, b) = await team(mesh, 2)
+    out = await broadcast(sender, [a, b], timeout_seconds=1)
+    await finish(a, task_of(out, a))
+    await wait_until(lambda: pool.fetchval(
+        "SELECT deadline < now() FROM broadcasts WHERE broadcast_id = $1", out["broadcast_id"]),
+        "the broadcast's deadline to pass", 30)
+    procs = [MeshProcess("cron", iso), MeshProcess("cron", iso)]
+    try:
+        await asyncio.gather(*(p.start() for p in procs))
+        await wait_until(lambda: pool.fetchval(
+            "SELECT outcome FROM broadcasts WHERE broadcast_id = $1", out["broadcast_id"]),
+            "cron to settle the broadcast", 60)
+        assert await procs[0].terminate(timeout=30) == 0
+        procs[0] = MeshProcess("cron", iso)
+        await procs[0].start()
+        await wait_until(lambda: "← cron:broadcast_timeout" in procs[0].tail(200_000),
+                         "the restarted process's start-up run", 60)
+    finally:
+        for p in procs:
+            p.stop_quietly()
+    [done] = await completions(sender)
+    assert done["status"] == "timeout"
+    assert [r["timed_out"] for r in done["recipients"]] == \
+        [r["agent_id"] == b.agent_id for r in done["recipients"]]
