@@ -58,3 +58,7 @@ def is_valid_id(value: str) -> bool:
     # fullmatch: with re.match, the pattern's '$' also matches before a trailing
     # newline, so "abc\n" passed.
     return bool(ID_RE.fullmatch(value))
+
+
+def new_broadcast_id(agent_id: str) -> str:
+    return f"b-{agent_id}-{now_ms()}-{base36(6)}"

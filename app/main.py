@@ -19,7 +19,7 @@ from starlette.routing import BaseRoute, Route
 
 from app import db, health, openapi
 from app.a2a import routes as a2a_routes
-from app.api import admin, auth, inbox, mesh, owners, sse, tasks, timeline
+from app.api import admin, auth, inbox, mesh, owners, sse, tasks, teams, timeline
 from app.api.deps import State, state
 from app.console.routes import console_routes
 from app.errors import Problem, handle_http, handle_problem, handle_unexpected, handle_validation
@@ -54,7 +54,7 @@ async def metrics(request: Request) -> Response:
 
 def api_routes() -> list[BaseRoute]:
     return [*auth.routes, *owners.routes, *mesh.routes, *tasks.routes, *inbox.routes, *sse.routes,
-            *admin.routes, *timeline.routes]
+            *admin.routes, *timeline.routes, *teams.routes]
 
 
 def create_app(settings: Settings | None = None) -> Starlette:

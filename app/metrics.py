@@ -84,3 +84,8 @@ A2A_STREAMS = Gauge(
     "agent_mesh_a2a_streams",
     "Open A2A task streams (SendStreamingMessage, SubscribeToTask) in this process.",
 )
+BROADCASTS_SETTLED = Counter(
+    "agent_mesh_broadcasts_settled_total",
+    "Broadcasts settled, by outcome (met, unmet, timeout); counted after the commit.",
+    ["outcome"],
+)

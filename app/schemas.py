@@ -119,6 +119,8 @@ class AgentPatch(Strict):
     skills: Annotated[list[Skill], Field(max_length=100)] | None = None
     instructions: str | None = None
     _check_instructions = field_validator("instructions")(_instructions_size)
+    # In the directory (GET /v1/mesh/directory)? Off until the owner opts in.
+    listed: bool | None = None
 
 
 class GroupCreate(Strict):
@@ -178,3 +180,31 @@ class AckBody(Strict):
         if isinstance(value, bool) or not isinstance(value, int):
             raise ValueError("seq must be a JSON integer")
         return value
+
+
+# --- teams (issue 11) ---------------------------------------------------------
+
+class GroupMessageIn(Strict):
+    parts: Parts
+    metadata: Metadata = None
+
+
+class BroadcastCreate(Strict):
+    to_agent_ids: Annotated[list[AgentId], Field(min_length=1, max_length=1000)] | None = None
+    group_id: Id | None = None
+    message: MessageIn
+    policy: Literal["all", "any", "n"] = "all"
+    n: Annotated[int, Field(ge=1, le=1000)] | None = None
+    timeout_seconds: Annotated[int, Field(ge=1, le=7 * 24 * 3600)] = 300
+
+    @model_validator(mode="after")
+    def one_audience(self) -> BroadcastCreate:
+        if (self.to_agent_ids is None) == (self.group_id is None):
+            raise ValueError("give exactly one of to_agent_ids or group_id")
+        if self.policy == "n" and self.n is None:
+            raise ValueError("policy 'n' needs n (how many recipients must complete)")
+        if self.policy != "n" and self.n is not None:
+            raise ValueError("n is only for policy 'n'")
+        if self.to_agent_ids is not None and len(set(self.to_agent_ids)) != len(self.to_agent_ids):
+            raise ValueError("to_agent_ids lists an agent twice")
+        return self

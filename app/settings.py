@@ -86,6 +86,15 @@ class Settings(BaseSettings):
     log_level: str = "INFO"
     # The owner console's server-side session (app/console/session.py), idle lifetime.
     console_session_ttl_seconds: int = 8 * 3600
+    # Outgoing friend requests an agent may have pending at once (issue 11): the
+    # directory must not become a way to spam every listed agent.
+    friend_requests_pending_max: int = 20
+    # Retention (cron/retention.py): terminal tasks and acked inbox events older than
+    # this many days are deleted; 0 keeps everything forever.
+    retention_days: int = 0
+    retention_batch: int = 1000
+    # Where deleted rows are archived first (gzip JSON lines); unset: not archived.
+    retention_archive_dir: str | None = None
 
     @property
     def bus_kind(self) -> Literal["kafka", "nats", "redis"]:

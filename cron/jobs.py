@@ -34,9 +34,11 @@ import sentry_sdk
 
 from app.domain.task_states import OPEN
 from app.metrics import CONSUMER_LAG, DEAD_LETTERS, OUTBOX_PENDING, TASK_TIMEOUTS
+from app.services import broadcasts as broadcasts_service
 from app.services import tasks as tasks_service
 from app.settings import Settings
 from app.store import agents as agents_store
+from app.store import broadcasts as broadcasts_store
 from app.store import outbox as outbox_store
 from app.store import tasks as tasks_store
 from app.writes import writes
@@ -212,3 +214,35 @@ async def update_gauges(pool: asyncpg.Pool, *, top_n: int = LAG_TOP_N) -> dict[s
     DEAD_LETTERS.set(failed)
     return {"lagging": len(current), "max_lag": max(current.values(), default=0),
             "pending": pending, "failed": failed}
+
+
+# --- broadcast deadlines (issue 11) ----------------------------------------------------
+
+BROADCAST_BATCH = 100
+
+
+async def settle_broadcasts(pool: asyncpg.Pool, settings: Settings, *,
+                            now: datetime | None = None,
+                            batch: int = BROADCAST_BATCH) -> list[str]:
+    """Open broadcasts past their deadline settle as ``timeout``: the sender gets
+    its one ``broadcast.completed`` naming the recipients that did not finish.
+    Each is locked and re-checked in its own transaction
+    (``app.services.broadcasts.settle_due``), so a completion racing the deadline
+    or a second cron process makes it settle once."""
+    now = now or await db_now(pool)
+    settled: list[str] = []
+    for _ in range(MAX_BATCHES):
+        due = await broadcasts_store.due(pool, now, batch)
+        progressed = False
+        for broadcast_id in due:
+            try:
+                if await broadcasts_service.settle_due(pool, settings, broadcast_id, now):
+                    settled.append(broadcast_id)
+                progressed = True
+            except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as exc:
+                log.warning("cron: settling broadcast %s failed: %s", broadcast_id, exc)
+        if len(due) < batch or not progressed:
+            break
+    if settled:
+        log.info("cron: %d broadcast(s) settled by their timeout", len(settled))
+    return settled

@@ -20,7 +20,7 @@ from arq import cron
 
 from app import db
 from app.settings import Settings, load_settings
-from cron import jobs
+from cron import jobs, retention
 from workers.process import arq_redis_settings, setup_process
 
 log = logging.getLogger("mesh.cron")
@@ -65,6 +65,14 @@ async def gauges(ctx: dict[str, Any]) -> dict[str, Any]:
     return await jobs.update_gauges(ctx["pool"])
 
 
+async def broadcast_timeout(ctx: dict[str, Any]) -> int:
+    return len(await jobs.settle_broadcasts(ctx["pool"], ctx["settings"]))
+
+
+async def data_retention(ctx: dict[str, Any]) -> dict[str, int]:
+    return await retention.apply_retention(ctx["pool"], ctx["settings"])
+
+
 EVERY_15_S = {0, 15, 30, 45}
 
 
@@ -75,6 +83,10 @@ class WorkerSettings:
         cron(task_timeout, second=5, unique=True, run_at_startup=True, timeout=300),
         cron(dead_letter_alert, second=10, unique=True, run_at_startup=True, timeout=60),
         cron(outbox_retention, minute=17, second=30, unique=True, run_at_startup=True,
+             timeout=1800),
+        cron(broadcast_timeout, second=EVERY_15_S, unique=True, run_at_startup=True,
+             timeout=120),
+        cron(data_retention, minute=47, second=30, unique=True, run_at_startup=True,
              timeout=1800),
     ]
     on_startup = startup

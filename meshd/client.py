@@ -160,6 +160,64 @@ class MeshClient:
     async def card(self, agent_id: str) -> dict[str, Any]:
         return await self._call("GET", f"/v1/mesh/agents/{_seg(agent_id)}/card")
 
+    # -- teams ---------------------------------------------------------------
+    async def post_group(
+        self,
+        group_id: str,
+        text: str | None = None,
+        *,
+        parts: list[Part] | None = None,
+        data: dict[str, Any] | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """Post to a group you belong to: every other member gets a ``group.message``."""
+        body: dict[str, Any] = {"parts": _parts(text, parts, data)}
+        if metadata is not None:
+            body["metadata"] = metadata
+        # Not idempotent: the gateway keeps no id to recognise a retry by.
+        return await self._call("POST", f"/v1/mesh/groups/{_seg(group_id)}/messages", json=body,
+                                idempotent=False)
+
+    async def broadcast(
+        self,
+        text: str | None = None,
+        *,
+        to_agent_ids: list[str] | None = None,
+        group_id: str | None = None,
+        policy: str = "all",
+        n: int | None = None,
+        timeout_seconds: int = 300,
+        parts: list[Part] | None = None,
+        data: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """Ask several agents (a list, or a group's other members) the same thing: one task
+        each; a ``broadcast.completed`` arrives when ``policy`` (all|any|n) is met, can no
+        longer be met, or ``timeout_seconds`` pass."""
+        body: dict[str, Any] = {"message": {"parts": _parts(text, parts, data)},
+                                "policy": policy, "timeout_seconds": timeout_seconds}
+        if to_agent_ids is not None:
+            body["to_agent_ids"] = list(to_agent_ids)
+        if group_id is not None:
+            body["group_id"] = group_id
+        if n is not None:
+            body["n"] = n
+        return await self._call("POST", "/v1/mesh/broadcasts", json=body, idempotent=False)
+
+    async def get_broadcast(self, broadcast_id: str) -> dict[str, Any]:
+        return await self._call("GET", f"/v1/mesh/broadcasts/{_seg(broadcast_id)}")
+
+    async def timeline(self, context_id: str, *, cursor: str | None = None,
+                       limit: int | None = None) -> dict[str, Any]:
+        """One page of a context's timeline: ``{"entries": [...], "next_cursor": ...}``."""
+        return await self._call("GET", f"/v1/mesh/contexts/{_seg(context_id)}/timeline",
+                                params={"cursor": cursor, "limit": limit})
+
+    async def directory(self, q: str = "", *, skill: str | None = None,
+                        limit: int | None = None, cursor: str | None = None) -> dict[str, Any]:
+        """Listed agents matching ``q`` and ``skill``: ``{"agents": [...], "next_cursor"}``."""
+        return await self._call("GET", "/v1/mesh/directory",
+                                params={"q": q, "skill": skill, "limit": limit, "cursor": cursor})
+
     # -- tasks ---------------------------------------------------------------
     async def send(
         self,

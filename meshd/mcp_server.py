@@ -171,6 +171,10 @@ def event_brief(e: InboxEvent) -> dict[str, Any]:
         out["artifact"] = p.get("artifact")
     elif e.type.startswith("friend.") or e.type == "group.notice":
         out["details"] = p
+    elif e.type == "group.message":
+        out["group_id"] = p.get("group_id")
+    elif e.type == "broadcast.completed":
+        out["broadcast"] = p.get("broadcast")
     out["created_at"] = e.created_at
     return out
 
@@ -297,6 +301,11 @@ def build_server(get_client: Callable[[], Awaitable[MeshClient]]) -> MCPServer:
             "more_may_be_waiting": len(page.events) >= limit,
         }
 
+    # Teams (issue 11): mesh_notify_group, mesh_broadcast, mesh_get_timeline,
+    # mesh_search_directory.
+    from meshd import mcp_teams
+
+    mcp_teams.register(server, get_client)
     return server
 
 

@@ -14,7 +14,8 @@ from app.services import timeline
 
 
 @doc("Message history of a context, oldest first, across tasks your agents take part in "
-     "(?limit=, default 200)", response=Timeline, auth="owner", tag="owners")
+     "(?limit=, default 200); entries pages through tasks, messages, state changes and "
+     "artifacts (?cursor=next_cursor)", response=Timeline, auth="owner", tag="owners")
 async def context_timeline(request: Request) -> Response:
     me = await owner(request)
     context_id = request.path_params["context_id"]
@@ -22,7 +23,8 @@ async def context_timeline(request: Request) -> Response:
         raise Problem(422, "context_id is not a valid id")
     limit = int_query(request, "limit", default=200, minimum=1, maximum=1000)
     assert limit is not None
-    return json(await timeline.context_timeline(state(request).pool, me, context_id, limit))
+    return json(await timeline.context_timeline(state(request).pool, me, context_id, limit,
+                                                request.query_params.get("cursor") or None))
 
 
 routes = [Route("/v1/contexts/{context_id}/timeline", context_timeline, methods=["GET"])]

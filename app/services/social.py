@@ -8,7 +8,7 @@ import asyncpg
 
 from app import ids
 from app.domain.permissions import VIRTUAL_USER, can_communicate, implicitly_friends
-from app.errors import bad_request, conflict, forbidden, not_found
+from app.errors import Problem, bad_request, conflict, forbidden, not_found
 from app.responses import (
     AgentCard,
     Friend,
@@ -24,6 +24,7 @@ from app.responses import (
 from app.services.principals import Agent, Owner
 from app.settings import Settings
 from app.store import agents as agents_store
+from app.store import directory as directory_store
 from app.store import social as social_store
 from app.writes import NewEvent, RecipientMissing, Wakeup, Writes, writes
 
@@ -57,6 +58,7 @@ async def request_friend(pool: asyncpg.Pool, settings: Settings, me: Agent, to: 
         existing = await social_store.get_friendship(conn, me.agent_id, to)
         if existing is not None:
             return await _answer_existing(tx, me, to, existing), False
+        await _check_pending_limit(conn, settings, me)
         row = await social_store.create_request(conn, ids.new_request_id(), me.agent_id, to,
                                                 note or "")
         if row is None:
@@ -73,6 +75,15 @@ async def request_friend(pool: asyncpg.Pool, settings: Settings, me: Agent, to: 
             agent_id=to, type="friend.request", from_agent_id=me.agent_id,
             payload={"request": out.wire()}))
         return out, True
+
+
+async def _check_pending_limit(conn: asyncpg.Connection, settings: Settings, me: Agent) -> None:
+    await directory_store.serialize_requests_of(conn, me.agent_id)
+    pending = await directory_store.pending_outgoing(conn, me.agent_id)
+    if pending >= settings.friend_requests_pending_max:
+        raise Problem(429, f"'{me.agent_id}' has {pending} friend requests pending, the most "
+                      "allowed at once; wait for answers before sending more",
+                      pending=pending, limit=settings.friend_requests_pending_max)
 
 
 async def _answer_existing(tx: Writes, me: Agent, to: str,

@@ -26,6 +26,7 @@ from app.responses import (
     TaskWithMessage,
 )
 from app.schemas import ArtifactIn, MessageIn, StatusChange, TaskCreate, dump_parts
+from app.services import broadcasts
 from app.services.hashing import content_hash
 from app.services.principals import Agent
 from app.services.replay import Replay, message_id_reused, same_request
@@ -287,6 +288,8 @@ async def change_status(pool: asyncpg.Pool, settings: Settings, me: Agent, task_
                 raise await _lost_race(tx.conn, me, task, body.state, message_id, fingerprint,
                                        replayable=message is None)
             out = TaskOut.of(updated)
+            held = await broadcasts.lock_for_task(tx, updated) \
+                if task_states.is_terminal(body.state) else None
             # The other side may have been deleted: the task can still be closed.
             await _emit(tx, NewEvent(
                 agent_id=_other(me.agent_id, task), type="task.status", task_id=task_id,
@@ -294,6 +297,8 @@ async def change_status(pool: asyncpg.Pool, settings: Settings, me: Agent, task_
                 payload={"state": body.state, "previous_state": task["state"],
                          "message": message, "task": out.wire()}), allow_missing=True,
                 message_id=message_id if message is not None else None)
+            if held is not None:
+                await broadcasts.settle_locked(tx, held)
             return out
     except Replay as replay:
         return replay.result  # type: ignore[return-value]
@@ -382,6 +387,7 @@ async def time_out(tx: Writes, settings: Settings, task: asyncpg.Record) -> Task
     if updated is None:
         return None
     out = TaskOut.of(updated)
+    held = await broadcasts.lock_for_task(tx, updated)
     payload = {"state": target, "previous_state": task["state"], "task": out.wire(),
                "reason": status_message["detail"]}
     await tx.append([
@@ -389,4 +395,6 @@ async def time_out(tx: Writes, settings: Settings, task: asyncpg.Record) -> Task
                  context_id=task["context_id"], from_agent_id=None, payload=payload)
         for agent in sorted({task["initiator"], task["serving_agent"]})
     ], skip_missing=True)
+    if held is not None:
+        await broadcasts.settle_locked(tx, held)
     return out

@@ -10,7 +10,7 @@ import asyncpg
 Conn = asyncpg.Connection | asyncpg.Pool
 
 COLUMNS = ("agent_id, owner_id, name, display_name, description, skills, kind, status, "
-           "last_heartbeat_at, inbox_seq, acked_seq, created_at, updated_at, instructions")
+           "last_heartbeat_at, inbox_seq, acked_seq, created_at, updated_at, instructions, listed")
 
 
 async def create(conn: Conn, *, agent_id: str, owner_id: int, name: str, display_name: str,
@@ -47,7 +47,7 @@ async def list_owned(conn: Conn, owner_id: int) -> list[asyncpg.Record]:
 
 
 async def patch(conn: Conn, agent_id: str, owner_id: int, changes: dict[str, Any]) -> asyncpg.Record | None:
-    allowed = {"display_name", "description", "skills", "instructions"}
+    allowed = {"display_name", "description", "skills", "instructions", "listed"}
     sets, args = [], [agent_id, owner_id]
     for column, value in changes.items():
         assert column in allowed

@@ -43,10 +43,16 @@ async def compare_and_set_state(conn: Conn, task_id: str, expected: str, new: st
                                 set_by: str | None) -> asyncpg.Record | None:
     """The transition itself: applied only if the state is still ``expected``.
     ``set_by`` is the agent making the move (None for a system move)."""
-    return await conn.fetchrow(
+    row = await conn.fetchrow(
         f"UPDATE tasks SET state = $3, status_message = $4, state_set_by = $5, "
         f"updated_at = now() WHERE task_id = $1 AND state = $2 RETURNING {TASK_COLUMNS}",
         task_id, expected, new, status_message, set_by)
+    if row is not None:  # the history a context timeline shows; tasks keep only the last
+        await conn.execute(
+            "INSERT INTO task_state_changes (task_id, context_id, from_state, to_state, set_by, "
+            "status_message) VALUES ($1, $2, $3, $4, $5, $6)",
+            task_id, row["context_id"], expected, new, set_by, status_message)
+    return row
 
 
 async def insert_message(conn: Conn, *, message_id: str, task_id: str, context_id: str,

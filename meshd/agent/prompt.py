@@ -160,7 +160,9 @@ def wake_prompt(
     head = {
         "task.created": f"New task from {sender}.",
         "task.message": f"New message from {sender} on a task.",
-        "group.message": f"New message from {sender} in a group.",
+        "group.message": f"New message from {sender} in a group (answer the group with "
+        "mcp__mesh__mesh_notify_group, or one member with mcp__mesh__mesh_send_message).",
+        "broadcast.completed": "Your broadcast has finished; here are the answers.",
     }.get(event.type, f"Inbox event {event.type} from {sender}.")
     lines = [head]
     if task is not None:
@@ -178,6 +180,8 @@ def wake_prompt(
     group = event.payload.get("group_id")
     if group:
         lines.append(f"group_id: {group}")
+    if event.type == "broadcast.completed":
+        return "\n".join(lines + broadcast_lines(event.payload.get("broadcast") or {}))
     msg = event.message
     if task is not None:
         past = _history(task, msg.message_id if msg else None, history, history_chars)
@@ -191,3 +195,21 @@ def wake_prompt(
     if task is not None:
         lines += ["", f"Answer on this task with mcp__mesh__mesh_reply(task_id=\"{task.task_id}\")."]
     return "\n".join(lines)
+
+
+def broadcast_lines(b: dict[str, Any]) -> list[str]:
+    """A settled broadcast for the model: the outcome, then each recipient's answer."""
+    outcome = {"met": "its policy was met", "unmet": "its policy can no longer be met",
+               "timeout": "it timed out"}.get(b.get("status", ""), b.get("status", "?"))
+    lines = [f"broadcast_id: {b.get('broadcast_id')}", f"context_id: {b.get('context_id')}",
+             f"Outcome: {outcome} ({b.get('completed')} completed, {b.get('n')} needed, "
+             f"policy {b.get('policy')}).", "", "Answers (untrusted input):"]
+    for r in b.get("recipients") or []:
+        last = r.get("last_message") or {}
+        text = render_parts(last.get("parts") or []) if last else "(no message)"
+        late = " — did not finish in time" if r.get("timed_out") else ""
+        lines.append(f"- {r.get('agent_id')} [{r.get('state')}]{late}, task {r.get('task_id')}:")
+        lines.append(_quote(text))
+    lines += ["", "Late answers still arrive on their tasks; mcp__mesh__mesh_get_timeline "
+              "shows the whole conversation."]
+    return lines

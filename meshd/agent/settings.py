@@ -17,9 +17,10 @@ from meshd.models import InboxEvent
 
 # Events that need thought by default. Receipts, own echoes, friend and group
 # notices only refresh what the agent knows (its teammates summary). A
-# group.message can be added (--run-on): the model has no tool to post in the
-# group, so it can only answer members one by one with mesh_send_message.
-DEFAULT_RUN_ON = ("task.created", "task.message")
+# group.message can be added (--run-on); the model answers the group with
+# mesh_notify_group. A broadcast.completed is the answer to the agent's own
+# mesh_broadcast, so it wakes the agent by default.
+DEFAULT_RUN_ON = ("task.created", "task.message", "broadcast.completed")
 # Built-in Claude Code tools offered by default: files, inside the workspace only.
 DEFAULT_TOOLS = ("Read", "Write", "Edit", "Glob", "Grep")
 # Never offered unless named with --allow-tool: a shell runs anything, anywhere,

@@ -23,6 +23,7 @@ from meshd.client import MeshClient
 from meshd.errors import ConflictError, MeshError
 from meshd.ids import derived_message_id, derived_task_id
 from meshd.mcp_server import explain, task_brief
+from meshd.mcp_teams import timeline_brief
 from meshd.models import InboxEvent, Part, text_part
 from meshd.task_states import STATES, TRANSITIONS
 
@@ -216,7 +217,65 @@ def build_tools(run: RunContext) -> list[SdkMcpTool[Any]]:
 
         return await guarded("mesh_set_task_status", run_())
 
-    return [whoami, friends, groups, roster, card, get_task, send, reply, set_status]
+    # Teams (issue 11). A group post and a broadcast carry no id the gateway could
+    # recognise a repeat by, so a run repeated after a crash may post them twice.
+    @tool("mesh_notify_group", "Post to one of your groups: every other member gets it.",
+          _obj({"group_id": _S, "text": _S}, ["group_id", "text"]))  # fmt: skip
+    async def notify_group(args: dict[str, Any]) -> dict[str, Any]:
+        async def run_() -> Any:
+            out = await c.post_group(str(args.get("group_id", "")), str(args.get("text", "")))
+            run.posted += 1
+            return {"message_id": out["message_id"], "recipients": out["recipients"]}
+
+        return await guarded("mesh_notify_group", run_())
+
+    @tool(
+        "mesh_broadcast",
+        "Ask several agents the same thing (to_agent_ids, or group_id for every other member): "
+        "one task each in one context. One broadcast.completed wakes you later when the policy "
+        "(all / any / n completed) is met, cannot be met, or timeout_seconds pass; end this run.",
+        _obj({"text": _S, "to_agent_ids": {"type": "array", "items": _S}, "group_id": _S,
+              "policy": {"type": "string", "enum": ["all", "any", "n"]},
+              "n": {"type": "integer", "minimum": 1},
+              "timeout_seconds": {"type": "integer", "minimum": 1}}, ["text"]),
+    )  # fmt: skip
+    async def broadcast(args: dict[str, Any]) -> dict[str, Any]:
+        async def run_() -> Any:
+            to = args.get("to_agent_ids")
+            out = await c.broadcast(
+                str(args.get("text", "")), to_agent_ids=[str(a) for a in to] if to else None,
+                group_id=args.get("group_id") or None, policy=str(args.get("policy") or "all"),
+                n=args.get("n"), timeout_seconds=int(args.get("timeout_seconds") or 300))
+            run.posted += 1
+            return {k: out[k] for k in ("broadcast_id", "context_id", "task_ids", "status", "n")}
+
+        return await guarded("mesh_broadcast", run_())
+
+    @tool("mesh_get_timeline", "A conversation (context) from the start: tasks, messages, "
+          "state changes, artifacts in order.", _obj({"context_id": _S, "cursor": _S},
+                                                     ["context_id"]))  # fmt: skip
+    async def timeline(args: dict[str, Any]) -> dict[str, Any]:
+        async def run_() -> Any:
+            page = await c.timeline(str(args.get("context_id", "")),
+                                    cursor=args.get("cursor") or None, limit=100)
+            return {"entries": [timeline_brief(e) for e in page["entries"]],
+                    "next_cursor": page["next_cursor"]}
+
+        return await guarded("mesh_get_timeline", run_())
+
+    @tool("mesh_search_directory", "Find listed agents by words and skill (befriend one before "
+          "messaging it).", _obj({"query": _S, "skill": _S}, []))  # fmt: skip
+    async def directory(args: dict[str, Any]) -> dict[str, Any]:
+        async def run_() -> Any:
+            page = await c.directory(str(args.get("query") or ""),
+                                     skill=args.get("skill") or None, limit=20)
+            return {"agents": [{k: a[k] for k in ("agent_id", "display_name", "description",
+                                                  "skills")} for a in page["agents"]]}
+
+        return await guarded("mesh_search_directory", run_())
+
+    return [whoami, friends, groups, roster, card, get_task, send, reply, set_status,
+            notify_group, broadcast, timeline, directory]
 
 
 def mesh_server(run: RunContext) -> tuple[McpSdkServerConfig, list[str]]:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, get_args
 
 from meshd.agent.settings import AGENT_ATTEMPTS, DEFAULT_RUN_ON, DEFAULT_TOOLS, AgentSettings, RunSettings
-from meshd.cli import run, social, tasks
+from meshd.cli import run, social, tasks, teams
 from meshd.handlers import DEFAULT_TIMEOUT
 from meshd.options import DaemonOptions, Transport
 from meshd.task_states import STATES
@@ -223,6 +223,39 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--after", type=int, help="start after this seq (default: the acked cursor)")
     p.add_argument("--ack", action="store_true", help="ack each event once printed")
     p.set_defaults(run=tasks.cmd_tail)
+
+    p = add("notify-group", "post a message to a group; every other member gets it")
+    p.add_argument("group_id", metavar="GROUP")
+    p.add_argument("text", metavar="TEXT", help="message text; '-' reads stdin")
+    p.add_argument("--data", type=_json_object, help="add a data part (JSON object)")
+    p.set_defaults(run=teams.cmd_notify_group)
+
+    p = add("broadcast", "ask several agents the same thing and wait for enough answers; "
+            "with --show, a broadcast's progress")
+    p.add_argument("text", metavar="TEXT", nargs="?", help="message text; '-' reads stdin")
+    who = p.add_mutually_exclusive_group()
+    who.add_argument("--to", type=_csv, help="recipients, comma-separated agent ids")
+    who.add_argument("--group", help="every other member of this group")
+    who.add_argument("--show", dest="broadcast_id", metavar="BROADCAST_ID",
+                     help="show a broadcast you sent")
+    p.add_argument("--policy", choices=["all", "any", "n"], default="all",
+                   help="how many must complete: all, any (one), n (see --n)")
+    p.add_argument("--n", type=_positive(int), help="with --policy n")
+    p.add_argument("--timeout", type=_positive(int), default=300, help="seconds to wait")
+    p.set_defaults(run=teams.cmd_broadcast)
+
+    p = add("timeline", "a context's tasks, messages, state changes and artifacts, in order")
+    p.add_argument("context_id", metavar="CONTEXT")
+    p.add_argument("--limit", type=_positive(int))
+    p.add_argument("--cursor", help="next_cursor of the previous page")
+    p.set_defaults(run=teams.cmd_timeline)
+
+    p = add("directory", "search listed agents by words and skill")
+    p.add_argument("q", metavar="WORDS", nargs="?", default="")
+    p.add_argument("--skill", help="a skill id, name or tag")
+    p.add_argument("--limit", type=_positive(int))
+    p.add_argument("--cursor", help="next_cursor of the previous page")
+    p.set_defaults(run=teams.cmd_directory)
 
     p = add(
         "daemon",

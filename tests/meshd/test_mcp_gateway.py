@@ -22,6 +22,11 @@ TOOLS = {
     "mesh_set_task_status",
     "mesh_get_task",
     "mesh_check_inbox",
+    # teams (issue 11; tested in test_teams_gateway.py)
+    "mesh_notify_group",
+    "mesh_broadcast",
+    "mesh_get_timeline",
+    "mesh_search_directory",
 }
 
 

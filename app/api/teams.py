@@ -1,0 +1,85 @@
+"""Agent side, teams: group messages, broadcasts, context timelines, the directory
+(DESIGN §4, issue 11)."""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from app.api.deps import agent, body, doc, int_query, json, state
+from app.errors import Problem
+from app.ids import is_valid_id
+from app.responses import BroadcastOut, ContextTimeline, DirectoryPage, GroupMessageOut
+from app.schemas import BroadcastCreate, GroupMessageIn
+from app.services import broadcasts, directory, group_messages, timeline
+
+
+@doc("Post a message to a group you are a member of: every other member gets one "
+     "group.message", body=GroupMessageIn, response=GroupMessageOut, auth="agent", status=201,
+     tag="teams")
+async def post_group_message(request: Request) -> Response:
+    me = await agent(request)
+    data = await body(request, GroupMessageIn)
+    s = state(request)
+    return json(await group_messages.post(s.pool, s.settings, me,
+                                          request.path_params["group_id"], data,
+                                          wakeup=s.wakeup), 201)
+
+
+@doc("Ask several agents (a list, or a group's other members) the same thing: one task "
+     "each in a shared context; you get one broadcast.completed when the policy (all, any, "
+     "n completed) is met, can no longer be met, or the timeout passes",
+     body=BroadcastCreate, response=BroadcastOut, auth="agent", status=201, tag="teams")
+async def create_broadcast(request: Request) -> Response:
+    me = await agent(request)
+    data = await body(request, BroadcastCreate)
+    s = state(request)
+    return json(await broadcasts.create(s.pool, s.settings, me, data, wakeup=s.wakeup), 201)
+
+
+@doc("A broadcast you sent: its policy, status and each recipient's task state and last "
+     "message", response=BroadcastOut, auth="agent", tag="teams")
+async def get_broadcast(request: Request) -> Response:
+    me = await agent(request)
+    return json(await broadcasts.get(state(request).pool, me,
+                                     request.path_params["broadcast_id"]))
+
+
+@doc("A context's timeline — its tasks, messages, state changes and artifacts, oldest "
+     "first, paged (?limit=, default 200; ?cursor=next_cursor) — for participants and for "
+     "members of the group the context belongs to", response=ContextTimeline, auth="agent",
+     tag="teams")
+async def context_timeline(request: Request) -> Response:
+    me = await agent(request)
+    context_id = request.path_params["context_id"]
+    if not is_valid_id(context_id):
+        raise Problem(422, "context_id is not a valid id")
+    limit = int_query(request, "limit", default=200, minimum=1, maximum=1000)
+    assert limit is not None
+    return json(await timeline.agent_timeline(state(request).pool, me, context_id, limit,
+                                              request.query_params.get("cursor") or None))
+
+
+@doc("Search the directory of listed agents: ?q= words (over name, display name, skills and "
+     "description; ranked), ?skill= a skill id, name or tag, ?limit=, ?cursor=",
+     response=DirectoryPage, auth="agent", tag="teams")
+async def directory_search(request: Request) -> Response:
+    await agent(request)
+    q = request.query_params
+    if len(q.get("q", "")) > 200:
+        raise Problem(422, "q is longer than 200 characters")
+    limit = int_query(request, "limit", default=20, minimum=1, maximum=100)
+    assert limit is not None
+    return json(await directory.search(state(request).pool, q=q.get("q", ""),
+                                       skill=q.get("skill") or None, limit=limit,
+                                       cursor=q.get("cursor") or None))
+
+
+routes = [
+    Route("/v1/mesh/groups/{group_id}/messages", post_group_message, methods=["POST"]),
+    Route("/v1/mesh/broadcasts", create_broadcast, methods=["POST"]),
+    Route("/v1/mesh/broadcasts/{broadcast_id}", get_broadcast, methods=["GET"]),
+    Route("/v1/mesh/contexts/{context_id}/timeline", context_timeline, methods=["GET"]),
+    Route("/v1/mesh/directory", directory_search, methods=["GET"]),
+]
