@@ -49,6 +49,8 @@ class RunContext:
     # Task ids this run wrote a message on (a reply or a status note).
     posted_on: set[str] = field(default_factory=set)
     posted: int = 0
+    # The policies' marks on every message this run posts (complexity, handshake).
+    extra: dict[str, Any] = field(default_factory=dict)
 
     def key(self, tool_name: str) -> str:
         self.calls[tool_name] += 1
@@ -65,7 +67,8 @@ class RunContext:
                 "event_id": self.event.event_id,
                 "turns_so_far": self.turns,
                 "elapsed_ms": int((time.monotonic() - self.started) * 1000),
-            }
+            },
+            **self.extra,
         }
 
 
@@ -83,6 +86,19 @@ def _obj(props: dict[str, Any], required: list[str]) -> dict[str, Any]:
 
 _S = {"type": "string"}
 _DATA = {"type": "object", "description": "Optional structured data, sent as a data part"}
+_LEVEL = {"type": "string", "enum": ["low", "medium", "high"],
+          "description": "How complex the request is (effort, handshake; default: the receiver infers)"}
+_HANDSHAKE = {"type": "boolean", "description": "false: the receiver may skip confirming its understanding"}
+
+
+def send_metadata(args: dict[str, Any]) -> dict[str, Any]:
+    """The policy fields of a new task's first message (DESIGN §10: in metadata, not parts)."""
+    out: dict[str, Any] = {}
+    if args.get("complexity") in ("low", "medium", "high"):
+        out["complexity"] = args["complexity"]
+    if args.get("handshake") is False:
+        out["handshake"] = False
+    return out
 
 
 def build_tools(run: RunContext) -> list[SdkMcpTool[Any]]:
@@ -132,7 +148,8 @@ def build_tools(run: RunContext) -> list[SdkMcpTool[Any]]:
         "mesh_send_message",
         "Ask another agent for something: opens a new task with your message. Pass context_id to keep "
         "the conversation together. The answer arrives in a later run; end this run after sending.",
-        _obj({"to_agent_id": _S, "text": _S, "context_id": _S, "data": _DATA}, ["to_agent_id", "text"]),
+        _obj({"to_agent_id": _S, "text": _S, "context_id": _S, "data": _DATA, "complexity": _LEVEL,
+              "handshake": _HANDSHAKE}, ["to_agent_id", "text"]),
     )
     async def send(args: dict[str, Any]) -> dict[str, Any]:
         key = run.key("mesh_send_message")
@@ -145,7 +162,7 @@ def build_tools(run: RunContext) -> list[SdkMcpTool[Any]]:
                 context_id=args.get("context_id") or run.event.context_id,
                 task_id=derived_task_id(run.me, key),
                 message_id=run.message_id(key),
-                metadata=run.metadata(),
+                metadata={**run.metadata(), **send_metadata(args)},
             )
             run.posted += 1
             return {"task_id": task.task_id, "context_id": task.context_id, "state": task.state,
