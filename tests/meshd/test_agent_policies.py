@@ -12,25 +12,33 @@ from pathlib import Path
 from typing import Any
 
 from tests.meshd.agent_support import (
+    DONE,
     agent_proc,
     ask,
+    say,
     started,
+    task_in_prompt,
     task_of,
+    texts_by,
     wait_runs,
 )
 from tests.meshd.support import mesh_env, run_mesh
 from tests.support.meshapi import AgentHandle, OwnerHandle
-from tests.support.model_server import ModelServer, Reply, Request
+from tests.support.model_server import ApiError, ModelServer, Reply, Request, use_tool
 
 NO_RUN = r"no run, "
 MODEL = "claude-sonnet-4-6"
 
 
-async def send(person: OwnerHandle | AgentHandle, to: str, text: str, **metadata: Any) -> dict[str, Any]:
+async def send(person: OwnerHandle | AgentHandle, to: str, text: str, context_id: str | None = None,
+               **metadata: Any) -> dict[str, Any]:  # fmt: skip
     message: dict[str, Any] = {"parts": [{"kind": "text", "text": text}]}
     if metadata:
         message["metadata"] = metadata
-    resp = await person.post("/v1/mesh/tasks", {"to_agent_id": to, "message": message})
+    body: dict[str, Any] = {"to_agent_id": to, "message": message}
+    if context_id:
+        body["context_id"] = context_id
+    resp = await person.post("/v1/mesh/tasks", body)
     assert resp.status_code == 201, resp.text
     return resp.json()  # type: ignore[no-any-return]
 
@@ -81,3 +89,165 @@ async def test_complexity_level_picks_effort_and_thinking_sent_to_the_model(worl
     assert reply["metadata"]["mesh_policy"]["complexity"] == "high"
     m = metrics(tmp_path, "a")
     assert m["complexity_low"] == 2 and m["complexity_medium"] == 1 and m["complexity_high"] == 2
+
+
+def tool_results_text(req: Request) -> str:
+    out = []
+    for b in req.last_tool_results():
+        c = b.get("content")
+        out.append(c if isinstance(c, str) else " ".join(x.get("text", "") for x in c or []))
+    return " ".join(out)
+
+
+async def test_loop_guard_warns_then_stops_a_model_repeating_one_call(world, uniq, gateway, tmp_path):
+    agent = await world.alice.agent(f"r{uniq}")
+    # The model calls mesh_whoami with the same (empty) arguments forever.
+    with ModelServer(lambda req: use_tool(req, "mesh_whoami", {})) as model:
+        proc = agent_proc(gateway, agent, tmp_path, "a", model, "--max-turns", "25")
+        try:
+            await started(proc)
+            task = await ask(world.alice, agent.agent_id, "Who are you?")
+            await proc.wait_log(DONE)
+        finally:
+            await proc.stop()
+        turns = model.agent_turns()
+    calls = [b for b in turns[-1].tool_uses() if b["name"] == "mcp__mesh__mesh_whoami"]
+    # The last request shows ten calls (the tenth denied with a warning); the eleventh, its answer,
+    # stopped the run: no further request, and no turn limit (25) reached.
+    assert len(calls) == 10, len(calls)
+    warned = [r for r in turns if "Loop guard" in tool_results_text(r)]
+    assert len(warned) == 1
+    got = await task_of(world.alice, task["task_id"])
+    assert got["state"] == "failed"
+    [note] = texts_by(got, agent.agent_id)
+    assert "runaway guard" in note and "11 times in a row" in note
+    m = metrics(tmp_path, "a")
+    assert m["guard_loop_warned"] == 1 and m["guard_loop_stopped"] == 1
+    assert any("policy metric guard_loop_stopped=1" in line for line in proc.lines)
+
+
+async def test_tool_storm_stops_a_run_and_a_failing_mesh_tool_is_switched_off(world, uniq, gateway, tmp_path):
+    agent = await world.alice.agent(f"r{uniq}")
+
+    def script(req: Request) -> Reply:
+        n = len(req.tool_uses())
+        if "storm" in req.prompt:  # different arguments each time: no loop, but many calls
+            return use_tool(req, "mesh_whoami", {"n": n})
+        if "switched off" in tool_results_text(req):
+            return use_tool(req, "mesh_reply", {"task_id": task_in_prompt(req), "text": "gave up"})
+        if req.called("mcp__mesh__mesh_reply"):
+            return Reply(text="done")
+        return use_tool(req, "mesh_get_task", {"task_id": f"no-such-task-{n}"})  # fails every time
+
+    with ModelServer(script) as model:
+        proc = agent_proc(gateway, agent, tmp_path, "a", model, "--max-tool-calls", "7")
+        try:
+            await started(proc)
+            storm = await ask(world.alice, agent.agent_id, "storm")
+            await proc.wait_log(DONE)
+            n = len(proc.lines)
+            failing = await ask(world.alice, agent.agent_id, "look up a task")
+            await proc.wait_log(DONE, after=n)
+        finally:
+            await proc.stop()
+        turns = model.agent_turns()
+    got = await task_of(world.alice, storm["task_id"])
+    assert got["state"] == "failed" and "more than 7 tool calls" in texts_by(got, agent.agent_id)[0]
+    # The failing tool: five failures, then the sixth call is denied and the model moves on.
+    last = [r for r in turns if "look up a task" in r.prompt][-1]
+    assert last.called("mcp__mesh__mesh_get_task") == 6
+    assert texts_by(await task_of(world.alice, failing["task_id"]), agent.agent_id) == ["gave up"]
+    m = metrics(tmp_path, "a")
+    assert m["guard_tool_storm"] == 1 and m["guard_tool_breaker"] == 1
+
+
+async def test_circuit_breaker_stops_runs_for_a_context_and_tells_the_owner(world, uniq, gateway, tmp_path):
+    agent = await world.alice.agent(f"r{uniq}")
+    # Every model call fails (a 400 is not retried by the CLI): each run is a failed run.
+    with ModelServer(lambda req: ApiError()) as model:
+        proc = agent_proc(gateway, agent, tmp_path, "a", model, "--failed-runs", "2", "--attempts", "2")
+        try:
+            await started(proc)
+            first = await ask(world.alice, agent.agent_id, "Summarise the report")
+            await proc.wait_log("Circuit breaker: 2 runs in a row failed")
+            n, before = len(proc.lines), len(model.agent_turns())
+            # The same context again: no run at all.
+            again = await send(world.alice, agent.agent_id, "Try once more", context_id=first["context_id"])
+            await proc.wait_log("no run, circuit breaker open", after=n)
+        finally:
+            await proc.stop()
+        assert len(model.agent_turns()) == before
+    got = await task_of(world.alice, first["task_id"])
+    assert got["state"] == "failed" and "Circuit breaker" in texts_by(got, agent.agent_id)[-1]
+    assert (await task_of(world.alice, again["task_id"]))["state"] == "submitted"
+    # The owner heard of it: a task from its agent to human@owner.
+    resp = await world.alice.get("/v1/mesh/tasks", params={"limit": 50})
+    assert resp.status_code == 200, resp.text
+    told = [t for t in resp.json()["tasks"] if t["initiator"] == agent.agent_id]
+    assert told, resp.json()
+    m = metrics(tmp_path, "a")
+    assert m["guard_breaker_opened"] == 1 and m["guard_breaker_skipped"] == 1
+
+
+def thanking(req: Request) -> Reply:
+    """A model that only ever says thanks, on whatever task it is woken for."""
+    if req.called("mcp__mesh__mesh_reply") == 0:
+        return use_tool(req, "mesh_reply", {"task_id": task_in_prompt(req), "text": "Thanks a lot!"})
+    return Reply(text="Thanks!")
+
+
+async def test_two_runtimes_that_only_say_thanks_stop_at_once(pair, gateway, tmp_path):
+    a, b = pair
+    with ModelServer(thanking) as model:
+        pa = agent_proc(gateway, a, tmp_path, "a", model)
+        pb = agent_proc(gateway, b, tmp_path, "b", model)
+        try:
+            await started(pa)
+            await started(pb)
+            task = await ask(a, b.agent_id, "Here is the report you asked for.")
+            await pb.wait_log(DONE)
+            # b thanked; a's runtime does not wake its model for a thank-you.
+            await pa.wait_log(NO_RUN + "chit-chat")
+        finally:
+            await pa.stop()
+            await pb.stop()
+        assert len({task_in_prompt(r) for r in model.agent_turns()}) == 1
+    got = await task_of(a, task["task_id"])
+    assert len(got["messages"]) == 2  # the report and one thank-you: no ping-pong
+    assert metrics(tmp_path, "a")["guard_chit_chat"] == 1
+    assert not (tmp_path / "state-a" / "runs.jsonl").exists()
+
+
+async def test_acknowledgements_start_no_run_and_the_third_closes_the_task(world, uniq, gateway, tmp_path):
+    agent = await world.alice.agent(f"r{uniq}")
+
+    def script(req: Request) -> Reply:
+        return Reply(text="Thanks!" if "report" in req.prompt else "It is 42.")
+
+    with ModelServer(script) as model:
+        proc = agent_proc(gateway, agent, tmp_path, "a", model)
+        try:
+            await started(proc)
+            report = await ask(world.alice, agent.agent_id, "Here is the report.")
+            await proc.wait_log(DONE)
+            task = await ask(world.alice, agent.agent_id, "What is six times seven?")
+            n = len(proc.lines)
+            await proc.wait_log(DONE, after=n)
+            for text in ("Thanks!", "ok 👍", "谢谢！"):
+                await say(world.alice, task["task_id"], text)
+            await proc.wait_log("policy metric guard_chit_chat_closed=1")
+            # Each acknowledgement is one event without a run (the third may come after the close).
+            after = 0
+            for _ in range(3):
+                line = await proc.wait_log(NO_RUN + "chit-chat", after=after)
+                after = proc.lines.index(line, after) + 1
+        finally:
+            await proc.stop()
+        assert len(model.agent_turns()) == 2
+    # A final text that only thanks is not auto-posted.
+    assert texts_by(await task_of(world.alice, report["task_id"]), agent.agent_id) == []
+    got = await task_of(world.alice, task["task_id"])
+    assert got["state"] == "completed"
+    assert texts_by(got, agent.agent_id)[0] == "It is 42."
+    m = metrics(tmp_path, "a")
+    assert m["guard_chit_chat"] == 3 and m["guard_chit_chat_reply_dropped"] == 1

@@ -38,8 +38,9 @@ def test_level_settings_keep_a_configured_effort_and_never_touch_limits() -> Non
 
 @pytest.mark.parametrize(
     "text",
-    ["Thanks!", "thank you so much.", "OK", "Got it, thanks!", "You're welcome! Have a nice day.", "👍",
-     "谢谢！", "好的，收到", "不客气～", "辛苦了"],
+    ["Thanks!", "thank you so much.", "Thanks a lot!", "Many thanks again, really appreciated.",
+     "OK", "Got it, thanks!", "You're welcome! Have a nice day.", "👍",
+     "谢谢！", "ok 👍", "好的，收到", "不客气～", "辛苦了"],
 )  # fmt: skip
 def test_chit_chat(text: str) -> None:
     assert is_chit_chat(text)
@@ -48,7 +49,7 @@ def test_chit_chat(text: str) -> None:
 @pytest.mark.parametrize(
     "text",
     ["", "Thanks, and please also check the logs", "What is 6*7?", "谢谢，另外请看一下日志", "ok " * 40,
-     "Confirmed: move the state constants too."],
+     "Done.", "Confirmed: move the state constants too.", "Thanks, please fix the bug too", "ok, do it"],
 )  # fmt: skip
 def test_not_chit_chat(text: str) -> None:
     assert not is_chit_chat(text)

@@ -31,6 +31,14 @@ _ZH = (
     r"辛苦了?|太好了|很好|棒|再见|好嘞|行|嗯+|哈+"
 )
 PHRASE = re.compile(rf"^(?:{_EN}|{_ZH})$", re.I)
+# Words that pleasantries are made of: a sentence of these only ("thanks a lot again, really
+# appreciated") is one too, whatever the order. Work words ("check", "fix", "please") are absent.
+_WORDS = frozenset(
+    "thanks thank thx ty you u so very much a lot bunch again really truly all for that this the it "
+    "your my help great awesome perfect nice cool ok okay got noted understood sounds good will "
+    "roger ack welcome problem no np pleasure anytime glad to i could have day one bye see too "
+    "much appreciated appreciate job work well many cheers 👍 🙏 😊 🙂 ❤️".split()
+)
 SPLIT = re.compile(r"[\s,.!?;:~～，。！？；：、…]+")
 
 
@@ -41,7 +49,14 @@ def is_chit_chat(text: str) -> bool:
         return False
     # Sentences of known pleasantries; words are re-joined so "thank you so much" matches.
     chunks = [c for c in re.split(r"[,.!?;:~～，。！？；：、…\n]+", text) if c.strip()]
-    return bool(chunks) and all(PHRASE.match(" ".join(SPLIT.split(c.strip())).strip()) for c in chunks)
+    return bool(chunks) and all(_pleasantry(c) for c in chunks)
+
+
+def _pleasantry(chunk: str) -> bool:
+    words = [w for w in SPLIT.split(chunk.strip().lower()) if w]
+    if PHRASE.match(" ".join(words)):
+        return True
+    return 0 < len(words) <= 12 and all(w.strip("'") in _WORDS or w in ("you're", "i'm") for w in words)
 
 
 def message_is_chit_chat(msg: Message) -> bool:

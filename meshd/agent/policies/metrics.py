@@ -29,6 +29,7 @@ class PolicyMetrics:
 
     def inc(self, name: str, detail: str = "") -> None:
         self.counts[name] += 1
-        log.info("policy metric %s=%d%s", name, self.counts[name], f" ({detail})" if detail else "")
+        # The file first: whoever sees the log line finds the count on disk.
         if self.path is not None:
             atomic_write_json(self.path, dict(sorted(self.counts.items())), indent=1)
+        log.info("policy metric %s=%d%s", name, self.counts[name], f" ({detail})" if detail else "")
