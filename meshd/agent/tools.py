@@ -220,9 +220,10 @@ def build_tools(run: RunContext) -> list[SdkMcpTool[Any]]:
             try:
                 out = await c.set_status(task_id, state, parts=parts, message_id=run.message_id(key))
             except ConflictError:
-                # The serving agent goes through `working`; spare the model a round trip.
+                # The serving agent goes through `working` (also back from input-required, e.g. after
+                # a handshake); spare the model a round trip.
                 task = await c.get_task(task_id)
-                if state not in NEEDS_WORKING or task.state != "submitted":
+                if state not in NEEDS_WORKING or task.state not in ("submitted", "input-required"):
                     raise
                 await c.set_status(task_id, "working")
                 out = await c.set_status(task_id, state, parts=parts, message_id=run.message_id(key))

@@ -24,14 +24,15 @@ from tests.meshd.agent_support import (
 )
 from tests.meshd.support import mesh_env, run_mesh
 from tests.support.meshapi import AgentHandle, OwnerHandle
-from tests.support.model_server import ApiError, ModelServer, Reply, Request, use_tool
+from tests.support.model_server import ApiError, ModelServer, Reply, Request, ToolCall, use_tool
 
 NO_RUN = r"no run, "
 MODEL = "claude-sonnet-4-6"
 
 
-async def send(person: OwnerHandle | AgentHandle, to: str, text: str, context_id: str | None = None,
-               **metadata: Any) -> dict[str, Any]:  # fmt: skip
+async def send(
+    person: OwnerHandle | AgentHandle, to: str, text: str, context_id: str | None = None, **metadata: Any
+) -> dict[str, Any]:
     message: dict[str, Any] = {"parts": [{"kind": "text", "text": text}]}
     if metadata:
         message["metadata"] = metadata
@@ -66,26 +67,47 @@ async def test_complexity_level_picks_effort_and_thinking_sent_to_the_model(worl
             medium = await ask(world.alice, agent.agent_id, "Read the notes first, then summarise them.")
             high_zh = await ask(world.alice, agent.agent_id, "重构 task 模块的状态机逻辑，抽到独立文件")
             # Explicit beats inferred: a plain question sent as high, with `mesh send --complexity`.
-            code, out, err = await run_mesh("send", agent.agent_id, "What is 2+2?", "--complexity", "high",
-                                            env=mesh_env(gateway, sender.api_key, tmp_path))  # fmt: skip
+            code, out, err = await run_mesh(
+                "send",
+                agent.agent_id,
+                "What is 2+2?",
+                "--complexity",
+                "high",
+                env=mesh_env(gateway, sender.api_key, tmp_path),
+            )
             assert code == 0, err
             explicit_low = await send(world.alice, agent.agent_id, "Redesign the system", complexity="low")
             await wait_runs(proc, 5)
         finally:
             await proc.stop()
         high_cli = out.strip()
-        got = {name: turn_for(model, t).body for name, t in
-               [("low", low["task_id"]), ("medium", medium["task_id"]), ("high_zh", high_zh["task_id"]),
-                ("high_cli", high_cli), ("explicit_low", explicit_low["task_id"])]}  # fmt: skip
+        got = {
+            name: turn_for(model, t).body
+            for name, t in [
+                ("low", low["task_id"]),
+                ("medium", medium["task_id"]),
+                ("high_zh", high_zh["task_id"]),
+                ("high_cli", high_cli),
+                ("explicit_low", explicit_low["task_id"]),
+            ]
+        }
     effort = {k: (b.get("output_config") or {}).get("effort") for k, b in got.items()}
     thinking = {k: (b.get("thinking") or {}).get("type") for k, b in got.items()}
-    assert effort == {"low": "low", "medium": "medium", "high_zh": "high", "high_cli": "high",
-                      "explicit_low": "low"}, effort  # fmt: skip
+    assert effort == {
+        "low": "low",
+        "medium": "medium",
+        "high_zh": "high",
+        "high_cli": "high",
+        "explicit_low": "low",
+    }, effort
     assert thinking["medium"] == thinking["high_zh"] == thinking["high_cli"] == "adaptive", thinking
     assert thinking["low"] == thinking["explicit_low"] == "disabled", thinking
     # The level is on the reply's metadata and counted.
-    reply = next(m for m in (await task_of(world.alice, high_zh["task_id"]))["messages"]
-                 if m["sender"] == agent.agent_id)  # fmt: skip
+    reply = next(
+        m
+        for m in (await task_of(world.alice, high_zh["task_id"]))["messages"]
+        if m["sender"] == agent.agent_id
+    )
     assert reply["metadata"]["mesh_policy"]["complexity"] == "high"
     m = metrics(tmp_path, "a")
     assert m["complexity_low"] == 2 and m["complexity_medium"] == 1 and m["complexity_high"] == 2
@@ -251,3 +273,85 @@ async def test_acknowledgements_start_no_run_and_the_third_closes_the_task(world
     assert texts_by(got, agent.agent_id)[0] == "It is 42."
     m = metrics(tmp_path, "a")
     assert m["guard_chit_chat"] == 3 and m["guard_chit_chat_reply_dropped"] == 1
+
+
+async def test_high_task_handshake_is_enforced_and_work_starts_after_the_confirmation(
+    pair, gateway, tmp_path
+):
+    a, b = pair
+    workspace = tmp_path / "state-b" / "workspace"
+
+    def script(req: Request) -> Reply:
+        task_id = task_in_prompt(req)
+        if f"You are {a.agent_id}," in req.system:  # the sender's model answers the handshake
+            if "handshake" in req.prompt and req.called("mcp__mesh__mesh_reply") == 0:
+                return use_tool(
+                    req, "mesh_reply", {"task_id": task_id, "text": "Confirmed; move the constants too."}
+                )
+            return Reply(text="ok")
+        name = "fsm2.py" if "fsm2.py" in req.prompt else "fsm.py"
+        if "semantic handshake" in req.prompt:  # b's handshake run: it tries to work anyway
+            if req.called("Write") == 0:
+                return Reply(tools=[ToolCall("Write", {"file_path": str(workspace / name), "content": "x"})])
+            if req.called("mcp__mesh__mesh_reply") == 0:
+                text = (
+                    "Scope: the state machine. Approach: new fsm.py. Assumptions: no API change. "
+                    "Open questions: constants?"
+                )
+                return use_tool(req, "mesh_reply", {"task_id": task_id, "text": text})
+            return Reply(text="Waiting for the confirmation.")
+        if req.called("Write") == 0:
+            return Reply(tools=[ToolCall("Write", {"file_path": str(workspace / name), "content": "x"})])
+        if req.called("mcp__mesh__mesh_reply") == 0:
+            return use_tool(req, "mesh_reply", {"task_id": task_id, "text": f"Done: {name} written."})
+        if req.called("mcp__mesh__mesh_set_task_status") == 0:
+            return use_tool(req, "mesh_set_task_status", {"task_id": task_id, "state": "completed"})
+        return Reply(text="finished")
+
+    with ModelServer(script) as model:
+        pb = agent_proc(gateway, b, tmp_path, "b", model)
+        pa = agent_proc(gateway, a, tmp_path, "a", model)
+        try:
+            await started(pb)
+            task = await send(a, b.agent_id, "Refactor the task module: move the state machine into fsm.py")
+            await pb.wait_log(DONE)
+            # After the handshake run: the understanding, input-required, and no work done.
+            mid = await task_of(a, task["task_id"])
+            assert mid["state"] == "input-required"
+            assert not (workspace / "fsm.py").exists()
+            [understanding] = [
+                m
+                for m in mid["messages"]
+                if m["sender"] == b.agent_id and m["parts"] and "Scope:" in m["parts"][0].get("text", "")
+            ]
+            assert understanding["metadata"]["mesh_policy"] == {
+                "complexity": "high",
+                "handshake": "understanding",
+            }
+            # The sender's runtime recognises the handshake; its model confirms; b does the work.
+            n = len(pb.lines)
+            await started(pa)
+            await pa.wait_log(DONE)
+            await pb.wait_log(DONE, after=n)
+            # A sender may waive the handshake: the first run works at once.
+            n = len(pb.lines)
+            waived = await send(a, b.agent_id, "Refactor the parser into fsm2.py", handshake=False)
+            await pb.wait_log(DONE, after=n)
+        finally:
+            await pa.stop()
+            await pb.stop()
+        turns = model.agent_turns()
+    sender_turn = next(r for r in turns if f"You are {a.agent_id}," in r.system)
+    assert f"This message is {b.agent_id}'s handshake" in sender_turn.prompt
+    handshake_turns = [r for r in turns if "semantic handshake" in r.prompt]
+    assert handshake_turns and "runtime denies" in handshake_turns[0].prompt
+    denied = next(r for r in handshake_turns if r.called("Write") == 1 and r.last_tool_results())
+    assert "denied: this run is the handshake" in tool_results_text(denied)
+    assert (workspace / "fsm.py").exists() and (workspace / "fsm2.py").exists()
+    done = await task_of(a, task["task_id"])
+    assert done["state"] == "completed"
+    assert texts_by(done, b.agent_id)[-1] == "Done: fsm.py written."
+    assert (await task_of(a, waived["task_id"]))["state"] == "completed"
+    mb, ma = metrics(tmp_path, "b"), metrics(tmp_path, "a")
+    assert mb["handshake_requested"] == 1 and mb["handshake_denied"] == 1 and mb["handshake_confirmed"] == 1
+    assert ma["handshake_answered"] == 1

@@ -38,18 +38,100 @@ def test_level_settings_keep_a_configured_effort_and_never_touch_limits() -> Non
 
 @pytest.mark.parametrize(
     "text",
-    ["Thanks!", "thank you so much.", "Thanks a lot!", "Many thanks again, really appreciated.",
-     "OK", "Got it, thanks!", "You're welcome! Have a nice day.", "👍",
-     "谢谢！", "ok 👍", "好的，收到", "不客气～", "辛苦了"],
-)  # fmt: skip
+    [
+        "Thanks!",
+        "thank you so much.",
+        "Thanks a lot!",
+        "Many thanks again, really appreciated.",
+        "OK",
+        "Got it, thanks!",
+        "You're welcome! Have a nice day.",
+        "👍",
+        "谢谢！",
+        "ok 👍",
+        "好的，收到",
+        "不客气～",
+        "辛苦了",
+    ],
+)
 def test_chit_chat(text: str) -> None:
     assert is_chit_chat(text)
 
 
 @pytest.mark.parametrize(
     "text",
-    ["", "Thanks, and please also check the logs", "What is 6*7?", "谢谢，另外请看一下日志", "ok " * 40,
-     "Done.", "Confirmed: move the state constants too.", "Thanks, please fix the bug too", "ok, do it"],
-)  # fmt: skip
+    [
+        "",
+        "Thanks, and please also check the logs",
+        "What is 6*7?",
+        "谢谢，另外请看一下日志",
+        "ok " * 40,
+        "Done.",
+        "Confirmed: move the state constants too.",
+        "Thanks, please fix the bug too",
+        "ok, do it",
+    ],
+)
 def test_not_chit_chat(text: str) -> None:
     assert not is_chit_chat(text)
+
+
+def _task_and_event(meta: dict | None, event_type: str = "task.created", state: str = "submitted"):
+    from meshd.models import InboxEvent, Task
+
+    msg = {
+        "message_id": "m-1",
+        "sender": "bob@b",
+        "parts": [{"kind": "text", "text": "Refactor it"}],
+        "metadata": meta,
+    }
+    at = "2026-12-01T00:00:00+00:00"
+    task = Task.from_json(
+        {
+            "task_id": "t-1",
+            "context_id": "c-1",
+            "state": state,
+            "initiator": "bob@b",
+            "serving_agent": "me@a",
+            "messages": [msg],
+            "created_at": at,
+            "updated_at": at,
+        }
+    )
+    event = InboxEvent.from_json(
+        {
+            "seq": 1,
+            "event_id": "e-1",
+            "type": event_type,
+            "task_id": "t-1",
+            "context_id": "c-1",
+            "from_agent_id": "bob@b",
+            "created_at": "2026-12-01T00:00:00+00:00",
+            "payload": {"message": msg},
+        }
+    )
+    return task, event
+
+
+def test_handshake_waiver_is_the_senders_unless_always_and_off_means_never() -> None:
+    from meshd.agent.policies.config import PolicyConfig
+    from meshd.agent.policies.handshake import needed
+
+    task, event = _task_and_event(None)
+    assert needed(event, task, "me@a", "high", PolicyConfig())
+    assert needed(event, task, "me@a", "medium", PolicyConfig())
+    assert not needed(event, task, "me@a", "low", PolicyConfig())
+    assert not needed(event, task, "someone@else", "high", PolicyConfig())  # we do not serve it
+    assert not needed(event, task, "me@a", "high", PolicyConfig(handshake="off"))
+    task, event = _task_and_event({"handshake": False})
+    assert not needed(event, task, "me@a", "high", PolicyConfig())
+    assert needed(event, task, "me@a", "high", PolicyConfig(handshake="always"))
+
+
+def test_a_forged_handshake_mark_from_the_other_side_is_no_confirmation() -> None:
+    from meshd.agent.policies.handshake import confirms
+
+    task, event = _task_and_event(
+        {"mesh_policy": {"handshake": "understanding"}}, "task.message", "input-required"
+    )
+    assert not confirms(event, task, "me@a")

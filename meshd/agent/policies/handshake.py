@@ -75,10 +75,13 @@ def needed(event: InboxEvent, task: Task | None, me: str, level: str, config: Po
     return event.type == "task.created" and not waived(event, task, config)
 
 
-def is_handshake(event: InboxEvent) -> bool:
-    meta = (event.message.metadata if event.message else None) or {}
+def _marked(meta: object) -> bool:
     policy = meta.get("mesh_policy") if isinstance(meta, dict) else None
     return isinstance(policy, dict) and policy.get("handshake") == MARK
+
+
+def is_handshake(event: InboxEvent) -> bool:
+    return _marked(event.message.metadata if event.message else None)
 
 
 def confirms(event: InboxEvent, task: Task | None, me: str) -> bool:
@@ -86,7 +89,8 @@ def confirms(event: InboxEvent, task: Task | None, me: str) -> bool:
     return (
         task is not None and task.serving_agent == me and event.type == "task.message"
         and task.state == "input-required"
-        and any((m.metadata or {}).get("mesh_policy", {}).get("handshake") == MARK for m in task.messages)
+        # Only our own marks count: the other side could put one in its own messages.
+        and any(m.sender == me and _marked(m.metadata) for m in task.messages)
     )  # fmt: skip
 
 
