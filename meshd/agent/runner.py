@@ -111,7 +111,7 @@ class AgentRunner:
         self.sessions = SessionStore(folder)
         self.runs = RunLog(folder)
         self.teammates = Teammates(ctx.client, ttl=self.settings.teammates_ttl)
-        self.policies = Policies(self.settings.policies, folder)
+        self.policies = Policies(self.settings.policies, folder, self.workspace)
         self._ready = True
         log.info("agent runtime %s: workspace %s, runs on %s", RUNTIME, self.workspace,
                  ", ".join(sorted(self.settings.run_on)))  # fmt: skip
@@ -149,7 +149,8 @@ class AgentRunner:
         log.info("seq %d: complexity %s (%s), effort %s, thinking %s%s", event.seq, plan.level,
                  plan.level_source, rs.effort, (rs.thinking or {}).get("type"),
                  ", handshake run" if plan.handshake else "")  # fmt: skip
-        run = RunContext(client=client, me=self.me, event=event, extra=plan.metadata)
+        run = RunContext(client=client, me=self.me, event=event, extra=plan.metadata,
+                         finish_reply=plan.verifier.finish if plan.verifier else None)  # fmt: skip
         try:
             outcome = await self._run(event, task, rs, run, plan)
         except HandlerError as e:
@@ -325,12 +326,15 @@ class AgentRunner:
             # "You're welcome!" is not an answer anyone waits for: posting it starts a ping-pong.
             self.policies.metrics.inc("guard_chit_chat_reply_dropped", task.task_id)
             return False
+        text, label = outcome.text, {}
+        if run.finish_reply is not None:
+            text, label = await run.finish_reply(text)
         try:
             await run.client.reply(
                 task.task_id,
-                outcome.text,
+                text,
                 message_id=run.message_id(f"{event.event_id}/auto-reply"),
-                metadata=self._final_metadata(event, outcome, run, auto_reply=True),
+                metadata={**self._final_metadata(event, outcome, run, auto_reply=True), **label},
             )
         except ConflictError as e:
             log.warning("auto-reply on task %s not stored: %s", task.task_id, e)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,6 +52,8 @@ class RunContext:
     posted: int = 0
     # The policies' marks on every message this run posts (complexity, handshake).
     extra: dict[str, Any] = field(default_factory=dict)
+    # Labels a reply before it is posted: (text with its label line, metadata) (policies/labels.py).
+    finish_reply: Callable[[str], Awaitable[tuple[str, dict[str, Any]]]] | None = None
 
     def key(self, tool_name: str) -> str:
         self.calls[tool_name] += 1
@@ -181,13 +184,16 @@ def build_tools(run: RunContext) -> list[SdkMcpTool[Any]]:
         mid = run.message_id(key)
 
         async def run_() -> Any:
+            text, label = str(args.get("text", "")), {}
+            if run.finish_reply is not None:
+                text, label = await run.finish_reply(text)
             try:
                 await c.reply(
                     task_id,
-                    str(args.get("text", "")),
+                    text,
                     data=args.get("data") if isinstance(args.get("data"), dict) else None,
                     message_id=mid,
-                    metadata=run.metadata(),
+                    metadata={**run.metadata(), **label},
                 )
             except ConflictError:
                 # A re-run after a crash may word the reply differently: the id is

@@ -141,6 +141,11 @@ def _agent(p: argparse.ArgumentParser) -> None:
 
 def _policies(g: argparse._ArgumentGroup) -> None:
     c = PolicyConfig()
+    g.add_argument("--check", action="append", default=[], metavar="CMD",
+                   help="a build/test command of the workspace the runtime re-runs to verify a reply "
+                   "(repeatable; run with the shell, in the workspace)")  # fmt: skip
+    g.add_argument("--check-timeout", type=_positive(float), default=c.check_timeout, metavar="S",
+                   help=f"seconds per re-run check (default {c.check_timeout:g})")  # fmt: skip
     g.add_argument(
         "--no-complexity",
         action="store_true",

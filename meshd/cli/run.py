@@ -90,6 +90,8 @@ async def cmd_agent(args: argparse.Namespace) -> int:
             tool_failures=args.tool_failures,
             failed_runs=args.failed_runs,
             chit_chat=args.chit_chat,
+            checks=tuple(args.check),
+            check_timeout=args.check_timeout,
         ),
     )
     # The runner posts its own replies (with the run's figures in their metadata).

@@ -355,3 +355,68 @@ async def test_high_task_handshake_is_enforced_and_work_starts_after_the_confirm
     mb, ma = metrics(tmp_path, "b"), metrics(tmp_path, "a")
     assert mb["handshake_requested"] == 1 and mb["handshake_denied"] == 1 and mb["handshake_confirmed"] == 1
     assert ma["handshake_answered"] == 1
+
+
+def labelled(task: dict[str, Any], sender: str) -> tuple[str, dict[str, Any]]:
+    m = [m for m in task["messages"] if m["sender"] == sender][-1]
+    return m["parts"][0]["text"], m["metadata"]["mesh_verification"]
+
+
+async def test_verification_labels_come_from_hooks_and_re_runs_not_from_the_reply(
+    world, uniq, gateway, tmp_path
+):
+    checked = await world.alice.agent(f"c{uniq}")  # a workspace with a configured check
+    shell = await world.alice.agent(f"s{uniq}")  # no checks; the model may use Bash
+    flag = tmp_path / "state-c" / "workspace" / "ok.flag"
+
+    def script(req: Request) -> Reply:
+        task_id = task_in_prompt(req)
+        if "make it pass" in req.prompt and req.called("Write") == 0:
+            return Reply(tools=[ToolCall("Write", {"file_path": str(flag), "content": "ok"})])
+        for word, cmd in (("succeed", "true"), ("fail", "exit 3")):
+            if f"run and {word}" in req.prompt and req.called("Bash") == 0:
+                return Reply(tools=[ToolCall("Bash", {"command": cmd, "description": "check"})])
+        if req.called("mcp__mesh__mesh_reply") == 0:
+            return use_tool(req, "mesh_reply", {"task_id": task_id, "text": "Done; all tests pass."})
+        return Reply(text="replied")
+
+    with ModelServer(script) as model:
+        pc = agent_proc(gateway, checked, tmp_path, "c", model, "--check", "test -f ok.flag")
+        ps = agent_proc(gateway, shell, tmp_path, "s", model, "--allow-tool", "Bash")
+        try:
+            await started(pc)
+            await started(ps)
+            claim = await ask(world.alice, checked.agent_id, "Fix the tests")
+            await pc.wait_log(DONE)
+            fixed = await ask(world.alice, checked.agent_id, "Fix the tests and make it pass")
+            ok = await ask(world.alice, shell.agent_id, "Check: run and succeed")
+            bad = await ask(world.alice, shell.agent_id, "Check: run and fail")
+            bare = await ask(world.alice, shell.agent_id, "Fix the tests")
+            await wait_runs(pc, 2)
+            await wait_runs(ps, 3)
+        finally:
+            await pc.stop()
+            await ps.stop()
+    want = {
+        claim["task_id"]: (
+            checked,
+            "failed checks",
+            [{"command": "test -f ok.flag", "exit_code": 1, "by": "runtime"}],
+        ),
+        fixed["task_id"]: (
+            checked,
+            "independently verified",
+            [{"command": "test -f ok.flag", "exit_code": 0, "by": "runtime"}],
+        ),
+        ok["task_id"]: (shell, "agent verified", [{"command": "true", "exit_code": 0, "by": "agent"}]),
+        bad["task_id"]: (shell, "failed checks", [{"command": "exit 3", "exit_code": 3, "by": "agent"}]),
+        bare["task_id"]: (shell, "unverified", []),
+    }
+    for task_id, (who, label, checks) in want.items():
+        text, meta = labelled(await task_of(world.alice, task_id), who.agent_id)
+        # The same words ("all tests pass") in every reply; the label is what the checks said.
+        assert text.startswith("Done; all tests pass.") and f"[verification: {label}" in text, text
+        assert meta == {"label": label, "checks": checks}, (label, meta)
+    mc, ms = metrics(tmp_path, "c"), metrics(tmp_path, "s")
+    assert mc["label_failed_checks"] == 1 and mc["label_independently_verified"] == 1
+    assert ms["label_agent_verified"] == 1 and ms["label_failed_checks"] == 1 and ms["label_unverified"] == 1

@@ -31,3 +31,7 @@ class PolicyConfig:
     failed_runs: int = 3
     # Acknowledgement-only messages in a row on a task before the runtime closes it.
     chit_chat: int = 3
+    # The workspace's checks (build/test commands) the runtime re-runs to label a reply
+    # `independently verified` (--check, repeatable); each at most check_timeout seconds.
+    checks: tuple[str, ...] = ()
+    check_timeout: float = 300.0

@@ -21,6 +21,7 @@ from meshd.agent.policies import complexity, handshake
 from meshd.agent.policies.chitchat import message_is_chit_chat, trailing_chit_chat
 from meshd.agent.policies.config import PolicyConfig
 from meshd.agent.policies.guards import RunGuards
+from meshd.agent.policies.labels import Verifier
 from meshd.agent.policies.metrics import PolicyMetrics
 from meshd.agent.settings import RunSettings
 from meshd.models import InboxEvent, Task
@@ -40,6 +41,7 @@ class Plan:
     handshake: bool = False
     notes: list[str] = field(default_factory=list)  # added to the wake-up prompt
     guards: RunGuards | None = None
+    verifier: Verifier | None = None
     metadata: dict[str, Any] = field(default_factory=dict)  # merged into every message's metadata
 
     def settings(self, rs: RunSettings, config: PolicyConfig) -> RunSettings:
@@ -49,15 +51,17 @@ class Plan:
         out: dict[HookEvent, list[HookMatcher]] = {}
         if self.handshake:
             out.update(handshake.read_only(metrics))
-        if self.guards is not None:
-            for name, matchers in self.guards.hooks().items():
-                out.setdefault(name, []).extend(matchers)
+        for source in (self.guards, self.verifier):
+            if source is not None:
+                for name, matchers in source.hooks().items():
+                    out.setdefault(name, []).extend(matchers)
         return out
 
 
 class Policies:
-    def __init__(self, config: PolicyConfig, folder: Path | None = None) -> None:
+    def __init__(self, config: PolicyConfig, folder: Path | None = None, workspace: Path = Path(".")) -> None:
         self.config = config
+        self.workspace = workspace
         self.metrics = PolicyMetrics(folder)
         # Failed runs in a row per context (in memory: a restart gives a context another chance).
         self.failures: Counter[str] = Counter()
@@ -76,7 +80,8 @@ class Policies:
             close = task is not None and task.serving_agent == me and not task.terminal and row >= c.chit_chat
             return Plan(skip=f"chit-chat ({row} in a row): nothing to answer", close=close)
         level, source = complexity.level_of(event, task)
-        plan = Plan(level=level, level_source=source, guards=RunGuards(c, self.metrics))
+        plan = Plan(level=level, level_source=source, guards=RunGuards(c, self.metrics),
+                    verifier=Verifier(c.checks, self.workspace, self.metrics, c.check_timeout))  # fmt: skip
         plan.metadata = {"mesh_policy": {"complexity": level}}
         self.metrics.inc(f"complexity_{level}", source)
         sender = event.from_agent_id or "the sender"
