@@ -135,3 +135,7 @@ def test_a_forged_handshake_mark_from_the_other_side_is_no_confirmation() -> Non
         {"mesh_policy": {"handshake": "understanding"}}, "task.message", "input-required"
     )
     assert not confirms(event, task, "me@a")
+
+
+def test_a_verification_line_does_not_make_thanks_work() -> None:
+    assert is_chit_chat("Thanks a lot!\n\n[verification: unverified]")

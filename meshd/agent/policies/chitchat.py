@@ -19,6 +19,7 @@ import re
 from meshd.models import Message
 
 MAX_CHARS = 80
+LABEL_LINE = re.compile(r"^\[verification: [^\]]*\]\s*$", re.M)
 _EN = (
     r"thanks?( you)?( (so|very) much)?|thank u|thx|ty|cheers|great|awesome|perfect|nice|cool|"
     r"ok(ay)?|k|got it|noted|understood|sounds good|will do|roger|ack(nowledged)?|"
@@ -44,7 +45,8 @@ SPLIT = re.compile(r"[\s,.!?;:~～，。！？；：、…]+")
 
 def is_chit_chat(text: str) -> bool:
     """Whether ``text`` only acknowledges or thanks (empty text is not chit-chat)."""
-    text = text.strip()
+    # A runtime's verification line ("[verification: …]") is not part of what was said.
+    text = LABEL_LINE.sub("", text).strip()
     if not text or len(text) > MAX_CHARS:
         return False
     # Sentences of known pleasantries; words are re-joined so "thank you so much" matches.

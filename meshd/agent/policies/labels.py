@@ -15,7 +15,8 @@ The checks are re-run when the reply claims a result (:data:`CLAIM`, English
 and Chinese) or the model ran commands; the claim only decides *whether* to
 check, the label is always what the checks returned. The label goes into the
 message metadata (``mesh_verification``) and a trailing line of the text, which
-the receiving model reads in its next prompt.
+the receiving model reads in its next prompt (the line is left out when nothing
+was checked and nothing claimed: the metadata still says ``unverified``).
 """
 
 from __future__ import annotations
@@ -125,7 +126,11 @@ class Verifier:
         """The reply's text with its trailing label line, and the metadata to merge."""
         label, checks = await self.label(text)
         self.metrics.inc("label_" + label.replace(" ", "_"))
+        meta = {"mesh_verification": {"label": label, "checks": [c.as_json() for c in checks]}}
+        if not checks and not CLAIM.search(text):
+            # Nothing checked and nothing claimed ("It is 42."): the metadata says unverified;
+            # a trailing line on every answer would only be noise (and turn "thanks" into work).
+            return text, meta
         listed = "; ".join(f"`{c.command}` exit {c.exit_code}" for c in checks)
         line = f"[verification: {label}" + (f" — {listed}" if listed else "") + "]"
-        meta = {"mesh_verification": {"label": label, "checks": [c.as_json() for c in checks]}}
         return f"{text.rstrip()}\n\n{line}", meta
