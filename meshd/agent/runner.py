@@ -39,7 +39,7 @@ from claude_agent_sdk import __version__ as sdk_version
 from claude_agent_sdk.types import HookEvent
 
 from meshd.agent.permissions import path_guard
-from meshd.agent.policies import actions
+from meshd.agent.policies import actions, notes
 from meshd.agent.policies.chitchat import is_chit_chat
 from meshd.agent.policies.engine import Plan, Policies
 from meshd.agent.prompt import Teammates, system_prompt, wake_prompt
@@ -112,6 +112,8 @@ class AgentRunner:
         self.runs = RunLog(folder)
         self.teammates = Teammates(ctx.client, ttl=self.settings.teammates_ttl)
         self.policies = Policies(self.settings.policies, folder, self.workspace)
+        if self.settings.policies.notes:
+            notes.ensure(self.workspace)
         self._ready = True
         log.info("agent runtime %s: workspace %s, runs on %s", RUNTIME, self.workspace,
                  ", ".join(sorted(self.settings.run_on)))  # fmt: skip
@@ -189,8 +191,7 @@ class AgentRunner:
         session = self.sessions.get(self._context_key(event))
         extra = self.extra_dirs
         opts: dict[str, Any] = {
-            "system_prompt": system_prompt(self.me, str(self.workspace), instructions,
-                                           await self.teammates.summary()),
+            "system_prompt": self._system_prompt(instructions, await self.teammates.summary()),
             "mcp_servers": {"mesh": server},
             "strict_mcp_config": True,
             "tools": list(st.tools),
@@ -218,6 +219,11 @@ class AgentRunner:
         if session is not None:
             opts.update(resume=session.session_id, fork_session=True)
         return ClaudeAgentOptions(**opts)
+
+    def _system_prompt(self, instructions: str, teammates: str) -> str:
+        base = system_prompt(self.me, str(self.workspace), instructions, teammates)
+        kept = notes.section(self.workspace) if self.settings.policies.notes else ""
+        return f"{base}\n\n{kept}" if kept else base
 
     def _hooks(self, run: RunContext, extra: list[Path], plan: Plan) -> dict[HookEvent, list[HookMatcher]]:
         hooks: dict[HookEvent, list[HookMatcher]] = {

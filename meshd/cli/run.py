@@ -91,6 +91,8 @@ async def cmd_agent(args: argparse.Namespace) -> int:
             failed_runs=args.failed_runs,
             chit_chat=args.chit_chat,
             checks=tuple(args.check),
+            plans=not args.no_plans,
+            notes=not args.no_notes,
             check_timeout=args.check_timeout,
         ),
     )

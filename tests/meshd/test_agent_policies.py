@@ -420,3 +420,96 @@ async def test_verification_labels_come_from_hooks_and_re_runs_not_from_the_repl
     mc, ms = metrics(tmp_path, "c"), metrics(tmp_path, "s")
     assert mc["label_failed_checks"] == 1 and mc["label_independently_verified"] == 1
     assert ms["label_agent_verified"] == 1 and ms["label_failed_checks"] == 1 and ms["label_unverified"] == 1
+
+
+async def test_high_task_plan_survives_kill_9_and_the_resumed_run_is_told_the_open_step(
+    world, uniq, gateway, tmp_path
+):
+    import re
+    import signal
+    import threading
+
+    agent = await world.alice.agent(f"r{uniq}")
+    hold = threading.Event()
+    first_try = {"on": True}
+
+    def script(req: Request) -> Reply:
+        if "Your plan for this task" in req.prompt:  # the resumed run
+            if req.called("mcp__mesh__mesh_reply") == 0:
+                return use_tool(
+                    req, "mesh_reply", {"task_id": task_in_prompt(req), "text": "Finished the plan."}
+                )
+            return Reply(text="done")
+        m = re.search(r"write your plan to (\S+) as", req.prompt)
+        assert m, req.prompt
+        if req.called("Write") == 0:
+            plan = "- [x] step one\n- [ ] step two\n- [ ] step three\n"
+            return Reply(tools=[ToolCall("Write", {"file_path": m.group(1), "content": plan})])
+        if first_try["on"]:
+            hold.wait(30)  # the plan is written and one step ticked; the agent dies mid-run
+        return Reply(text="done")
+
+    with ModelServer(script) as model:
+        proc = agent_proc(gateway, agent, tmp_path, "a", model)
+        try:
+            await started(proc)
+            task = await send(world.alice, agent.agent_id, "Migrate the parser", handshake=False)
+            await model.wait_turns(2)
+            proc.signal(signal.SIGKILL)
+            await proc.wait()
+            first_try["on"] = False
+            hold.set()
+            before = len(model.agent_turns())
+            proc = agent_proc(gateway, agent, tmp_path, "a", model)
+            await started(proc)
+            await proc.wait_log(DONE)
+        finally:
+            hold.set()
+            await proc.stop()
+        resumed = model.agent_turns()[before]
+    plan_file = tmp_path / "state-a" / "workspace" / f"{task['task_id']}.plan.md"
+    assert plan_file.exists()
+    assert f"Your plan for this task, {plan_file}, is unfinished" in resumed.prompt
+    assert "Done: step one" in resumed.prompt and "Next unchecked step: step two" in resumed.prompt
+    assert texts_by(await task_of(world.alice, task["task_id"]), agent.agent_id) == ["Finished the plan."]
+    assert metrics(tmp_path, "a")["plan_resumed"] == 1
+
+
+async def test_notes_and_claude_md_of_the_workspace_are_in_the_next_system_prompt(
+    world, uniq, gateway, tmp_path
+):
+    agent = await world.alice.agent(f"r{uniq}")
+    workspace = tmp_path / "state-a" / "workspace"
+    workspace.mkdir(parents=True)
+    (workspace / "CLAUDE.md").write_text("Project: the billing service. Python 3.11.\n")
+
+    def script(req: Request) -> Reply:
+        if "Remember this" in req.prompt and req.called("Write") == 0:
+            note = "# Learnings\n\n- Alice wants answers in metres.\n"
+            return Reply(
+                tools=[
+                    ToolCall("Write", {"file_path": str(workspace / "notes/learnings.md"), "content": note})
+                ]
+            )
+        return Reply(text="Noted.")
+
+    with ModelServer(script) as model:
+        proc = agent_proc(gateway, agent, tmp_path, "a", model)
+        try:
+            await started(proc)
+            await ask(world.alice, agent.agent_id, "Remember this: I want metres.")
+            await proc.wait_log(DONE)
+            n = len(proc.lines)
+            await ask(world.alice, agent.agent_id, "How far is it?")
+            await proc.wait_log(DONE, after=n)
+        finally:
+            await proc.stop()
+        first, *_, last = model.agent_turns()
+    assert sorted(p.name for p in (workspace / "notes").iterdir()) == [
+        "decisions.md",
+        "issues.md",
+        "learnings.md",
+    ]
+    assert "the billing service" in first.system and "metres" not in first.system
+    assert "--- notes/learnings.md ---" in last.system and "Alice wants answers in metres." in last.system
+    assert "append it to notes/learnings.md" in first.prompt  # the reminder

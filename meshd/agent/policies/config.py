@@ -34,4 +34,8 @@ class PolicyConfig:
     # The workspace's checks (build/test commands) the runtime re-runs to label a reply
     # `independently verified` (--check, repeatable); each at most check_timeout seconds.
     checks: tuple[str, ...] = ()
+    # {task}.plan.md for high tasks (told to write it; told where it stopped when resumed).
+    plans: bool = True
+    # notes/*.md and CLAUDE.md of the workspace in the system prompt, reminders to keep them.
+    notes: bool = True
     check_timeout: float = 300.0

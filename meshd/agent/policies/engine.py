@@ -17,7 +17,7 @@ from typing import Any
 from claude_agent_sdk import HookMatcher
 from claude_agent_sdk.types import HookEvent
 
-from meshd.agent.policies import complexity, handshake
+from meshd.agent.policies import complexity, handshake, notes, plans
 from meshd.agent.policies.chitchat import message_is_chit_chat, trailing_chit_chat
 from meshd.agent.policies.config import PolicyConfig
 from meshd.agent.policies.guards import RunGuards
@@ -42,6 +42,7 @@ class Plan:
     notes: list[str] = field(default_factory=list)  # added to the wake-up prompt
     guards: RunGuards | None = None
     verifier: Verifier | None = None
+    notes_hooks: bool = False
     metadata: dict[str, Any] = field(default_factory=dict)  # merged into every message's metadata
 
     def settings(self, rs: RunSettings, config: PolicyConfig) -> RunSettings:
@@ -51,6 +52,8 @@ class Plan:
         out: dict[HookEvent, list[HookMatcher]] = {}
         if self.handshake:
             out.update(handshake.read_only(metrics))
+        if self.notes_hooks:
+            out.update(notes.hooks())
         for source in (self.guards, self.verifier):
             if source is not None:
                 for name, matchers in source.hooks().items():
@@ -96,6 +99,15 @@ class Policies:
         if task is not None and task.serving_agent != me and handshake.is_handshake(event):
             plan.notes.append(handshake.sender_note(task))
             self.metrics.inc("handshake_answered", task.task_id)
+        serving = task is not None and task.serving_agent == me
+        if c.plans and level == "high" and not plan.handshake and serving and task is not None:
+            resume = plans.resume_note(self.workspace, task.task_id)
+            if resume:
+                self.metrics.inc("plan_resumed", task.task_id)
+            plan.notes.append(resume or plans.write_note(self.workspace, task.task_id))
+        if c.notes:
+            plan.notes.append(notes.REMINDER)
+            plan.notes_hooks = True
         return plan
 
     def finished(self, context_key: str, ok: bool) -> bool:
