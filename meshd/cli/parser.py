@@ -141,6 +141,10 @@ def _agent(p: argparse.ArgumentParser) -> None:
 
 def _policies(g: argparse._ArgumentGroup) -> None:
     c = PolicyConfig()
+    g.add_argument("--broadcast-max-turns", type=_positive(int), default=c.broadcast_max_turns,
+                   help=f"turns of a run started by a group message (default {c.broadcast_max_turns})")
+    g.add_argument("--broadcast-max-budget-usd", type=_positive(float), default=c.broadcast_max_budget_usd,
+                   help=f"USD of a group message's run (default {c.broadcast_max_budget_usd:g})")
     g.add_argument("--no-plans", action="store_true", help="do not ask high tasks for a {task}.plan.md")
     g.add_argument("--no-notes", action="store_true",
                    help="keep no notes/*.md in the workspace and the system prompt")  # fmt: skip

@@ -92,6 +92,8 @@ async def cmd_agent(args: argparse.Namespace) -> int:
             chit_chat=args.chit_chat,
             checks=tuple(args.check),
             plans=not args.no_plans,
+            broadcast_max_turns=args.broadcast_max_turns,
+            broadcast_max_budget_usd=args.broadcast_max_budget_usd,
             notes=not args.no_notes,
             check_timeout=args.check_timeout,
         ),

@@ -139,3 +139,27 @@ def test_a_forged_handshake_mark_from_the_other_side_is_no_confirmation() -> Non
 
 def test_a_verification_line_does_not_make_thanks_work() -> None:
     assert is_chit_chat("Thanks a lot!\n\n[verification: unverified]")
+
+
+def test_a_group_message_run_gets_the_smaller_broadcast_limits_never_larger() -> None:
+    from meshd.agent.policies.config import PolicyConfig
+    from meshd.agent.policies.engine import Plan
+
+    c = PolicyConfig()
+    assert Plan(broadcast=True).settings(RunSettings(), c).max_turns == 20
+    assert Plan(broadcast=True).settings(RunSettings(), c).max_budget_usd == 3.0
+    assert Plan(broadcast=True).settings(RunSettings(max_turns=5), c).max_turns == 5
+    assert Plan().settings(RunSettings(), c).max_turns == 30
+
+
+def test_mesh_agent_policy_flags_reach_the_config() -> None:
+    from meshd.cli.parser import build_parser
+
+    args = build_parser().parse_args(
+        ["agent", "--handshake", "always", "--loop-limit", "4", "--check", "make test", "--check", "lint",
+         "--broadcast-max-turns", "7", "--no-plans"]
+    )  # fmt: skip
+    assert (args.handshake, args.loop_limit, args.check, args.broadcast_max_turns, args.no_plans) == (
+        "always", 4, ["make test", "lint"], 7, True)  # fmt: skip
+    send = build_parser().parse_args(["send", "bob@b", "hi", "--complexity", "high", "--no-handshake"])
+    assert (send.complexity, send.no_handshake) == ("high", True)

@@ -34,6 +34,10 @@ class PolicyConfig:
     # The workspace's checks (build/test commands) the runtime re-runs to label a reply
     # `independently verified` (--check, repeatable); each at most check_timeout seconds.
     checks: tuple[str, ...] = ()
+    # A run started by a group (broadcast) message gets at most these limits: many agents
+    # wake up for one message, so each may spend less.
+    broadcast_max_turns: int = 20
+    broadcast_max_budget_usd: float = 3.0
     # {task}.plan.md for high tasks (told to write it; told where it stopped when resumed).
     plans: bool = True
     # notes/*.md and CLAUDE.md of the workspace in the system prompt, reminders to keep them.

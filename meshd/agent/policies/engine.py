@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,7 @@ class Plan:
     skip: str | None = None  # why no run starts (then nothing else applies)
     close: bool = False  # chit-chat limit reached on a task we serve: complete it
     breaker_opened: bool = False  # tell the owner (once) that runs stopped for this context
+    broadcast: bool = False
     level: complexity.Level = "low"
     level_source: str = "inferred"
     handshake: bool = False
@@ -46,6 +47,9 @@ class Plan:
     metadata: dict[str, Any] = field(default_factory=dict)  # merged into every message's metadata
 
     def settings(self, rs: RunSettings, config: PolicyConfig) -> RunSettings:
+        if self.broadcast:
+            rs = replace(rs, max_turns=min(rs.max_turns, config.broadcast_max_turns),
+                         max_budget_usd=min(rs.max_budget_usd, config.broadcast_max_budget_usd))  # fmt: skip
         return complexity.apply(rs, self.level) if config.complexity else rs
 
     def hooks(self, metrics: PolicyMetrics) -> dict[HookEvent, list[HookMatcher]]:
@@ -84,6 +88,7 @@ class Policies:
             return Plan(skip=f"chit-chat ({row} in a row): nothing to answer", close=close)
         level, source = complexity.level_of(event, task)
         plan = Plan(level=level, level_source=source, guards=RunGuards(c, self.metrics),
+                    broadcast=event.type == "group.message" or bool(event.payload.get("group_id")),
                     verifier=Verifier(c.checks, self.workspace, self.metrics, c.check_timeout))  # fmt: skip
         plan.metadata = {"mesh_policy": {"complexity": level}}
         self.metrics.inc(f"complexity_{level}", source)
