@@ -513,3 +513,43 @@ async def test_notes_and_claude_md_of_the_workspace_are_in_the_next_system_promp
     assert "the billing service" in first.system and "metres" not in first.system
     assert "--- notes/learnings.md ---" in last.system and "Alice wants answers in metres." in last.system
     assert "append it to notes/learnings.md" in first.prompt  # the reminder
+
+
+async def test_policies_section_of_the_docs_runs_as_written(world, uniq, gateway, tmp_path):
+    import asyncio
+
+    from tests.meshd.support import Proc
+    from tests.meshd.test_agent_docs import doc_env, marked
+
+    helper = await world.alice.agent(f"helper{uniq}")
+    sender = await world.alice.agent(f"s{uniq}")
+    await world.factory.befriend(sender, helper)
+
+    def script(req: Request) -> Reply:
+        if req.called("mcp__mesh__mesh_reply") == 0:
+            text = "Scope: the parser. Approach: a new module. Assumptions: none. Open questions: none."
+            return use_tool(req, "mesh_reply", {"task_id": task_in_prompt(req), "text": text})
+        return Reply(text="Waiting.")
+
+    with ModelServer(script) as model:
+        env = doc_env(tmp_path, gateway, helper.api_key, model)
+        proc = Proc(["bash", "-c", marked("meshd-agent-policies")], env, name="doc agent")
+        try:
+            await proc.start()
+            await proc.wait_log("following the SSE stream")
+            send_env = {**env, "MESH_API_KEY": sender.api_key, "HELPER": helper.agent_id}
+            sh = await asyncio.create_subprocess_exec(
+                "bash", "-c", marked("meshd-send-complexity"), env=send_env, stdout=asyncio.subprocess.PIPE
+            )
+            out, _ = await sh.communicate()
+            assert sh.returncode == 0
+            await proc.wait_log(DONE)
+        finally:
+            await proc.stop()
+        first = model.agent_turns()[0]
+    task_id = out.decode().strip()
+    assert (first.body.get("output_config") or {}).get("effort") == "high"
+    got = await task_of(sender, task_id)
+    assert got["state"] == "input-required"
+    assert texts_by(got, helper.agent_id)[0].startswith("Scope: the parser.")
+    assert (tmp_path / "home" / "agents" / "helper" / "notes").is_dir()
