@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from meshd.agent.policies.chitchat import is_chit_chat
@@ -163,3 +165,15 @@ def test_mesh_agent_policy_flags_reach_the_config() -> None:
         "always", 4, ["make test", "lint"], 7, True)  # fmt: skip
     send = build_parser().parse_args(["send", "bob@b", "hi", "--complexity", "high", "--no-handshake"])
     assert (send.complexity, send.no_handshake) == ("high", True)
+
+
+def test_the_senders_prompt_shows_the_label_the_other_runtime_put_on_a_reply() -> None:
+    from meshd.agent.policies.config import PolicyConfig
+    from meshd.agent.policies.engine import Policies
+
+    check = {"command": "make test", "exit_code": 2, "by": "runtime"}
+    meta = {"mesh_verification": {"label": "failed checks", "checks": [check]}}
+    task, event = _task_and_event(meta, "task.message")
+    # We (x@c) take part but do not serve it; the serving side's runtime labelled its reply.
+    plan = Policies(PolicyConfig(), workspace=Path("/nonexistent")).plan(event, task, "x@c", "c-1")
+    assert "bob@b's runtime labelled this reply: failed checks — `make test` exit 2 (runtime)." in plan.notes

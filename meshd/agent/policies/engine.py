@@ -17,7 +17,7 @@ from typing import Any
 from claude_agent_sdk import HookMatcher
 from claude_agent_sdk.types import HookEvent
 
-from meshd.agent.policies import complexity, handshake, notes, plans
+from meshd.agent.policies import complexity, handshake, labels, notes, plans
 from meshd.agent.policies.chitchat import message_is_chit_chat, trailing_chit_chat
 from meshd.agent.policies.config import PolicyConfig
 from meshd.agent.policies.guards import RunGuards
@@ -110,6 +110,10 @@ class Policies:
             if resume:
                 self.metrics.inc("plan_resumed", task.task_id)
             plan.notes.append(resume or plans.write_note(self.workspace, task.task_id))
+        label = labels.reported(msg)
+        if label is not None and task is not None and task.serving_agent != me:
+            # The other side's runtime wrote it: shown as its claim, with what it says it ran.
+            plan.notes.append(f"{sender}'s runtime labelled this reply: {label}.")
         if c.notes:
             plan.notes.append(notes.REMINDER)
             plan.notes_hooks = True

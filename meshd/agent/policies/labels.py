@@ -45,6 +45,19 @@ EXIT = re.compile(r"exit code[: ]+(-?\d+)", re.I)
 OUTPUT_CHARS = 400
 
 
+def reported(msg: Any) -> str | None:
+    """The label another runtime put on ``msg`` (with its checks), for the reader's prompt."""
+    meta = getattr(msg, "metadata", None) or {}
+    v = meta.get("mesh_verification") if isinstance(meta, dict) else None
+    if not isinstance(v, dict) or v.get("label") not in LABELS:
+        return None
+    checks = [c for c in v.get("checks") or [] if isinstance(c, dict)][:10]
+    listed = "; ".join(
+        f"`{str(c.get('command'))[:200]}` exit {c.get('exit_code')} ({c.get('by')})" for c in checks
+    )
+    return str(v["label"]) + (f" — {listed}" if listed else "")
+
+
 @dataclass
 class Check:
     command: str
