@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Awaitable, Callable
-from typing import Annotated, Any, ParamSpec, TypeVar
+from typing import Annotated, Any, Literal, ParamSpec, TypeVar
 
 from pydantic import Field
 
@@ -230,8 +230,21 @@ def build_server(get_client: Callable[[], Awaitable[MeshClient]]) -> MCPServer:
             dict[str, Any] | None,
             Field(description="Optional structured data sent along as a data part"),
         ] = None,
+        complexity: Annotated[
+            Literal["low", "medium", "high"] | None,
+            Field(description="Optional: how complex the request is (the receiver infers it if absent)"),
+        ] = None,
+        handshake: Annotated[
+            bool | None,
+            Field(description="Optional: false lets the receiver skip confirming its understanding"),
+        ] = None,
     ) -> dict[str, Any]:
-        task = await (await get_client()).send(to_agent_id, text, data=data, context_id=context_id)
+        meta: dict[str, Any] = {"complexity": complexity} if complexity else {}
+        if handshake is False:
+            meta["handshake"] = False
+        task = await (await get_client()).send(
+            to_agent_id, text, data=data, context_id=context_id, metadata=meta or None
+        )
         return {
             "task_id": task.task_id,
             "context_id": task.context_id,

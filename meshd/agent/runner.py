@@ -39,6 +39,9 @@ from claude_agent_sdk import __version__ as sdk_version
 from claude_agent_sdk.types import HookEvent
 
 from meshd.agent.permissions import path_guard
+from meshd.agent.policies import actions, notes
+from meshd.agent.policies.chitchat import is_chit_chat
+from meshd.agent.policies.engine import Plan, Policies
 from meshd.agent.prompt import Teammates, system_prompt, wake_prompt
 from meshd.agent.sessions import RunLog, RunRecord, SessionStore
 from meshd.agent.settings import RISKY_TOOLS, AgentSettings, Policy, RunSettings, default_policy
@@ -46,6 +49,7 @@ from meshd.agent.tools import RunContext, mesh_server, note_part
 from meshd.config import state_root
 from meshd.errors import ConflictError, MeshError, NotFoundError
 from meshd.handlers import HandlerContext, HandlerError, Reply
+from meshd.ids import derived_message_id
 from meshd.models import InboxEvent, Task
 from meshd.runner import set_failed
 
@@ -71,6 +75,7 @@ class Outcome:
     session_id: str | None
     text: str
     session_cost: float | None
+    detail: str = ""  # why a guard stopped the run
 
 
 class AgentRunner:
@@ -93,6 +98,7 @@ class AgentRunner:
         self.sessions: SessionStore | None = None
         self.runs: RunLog | None = None
         self.teammates: Teammates | None = None
+        self.policies = Policies(settings.policies)
 
     def _setup(self, ctx: HandlerContext) -> None:
         if self._ready:
@@ -105,6 +111,9 @@ class AgentRunner:
         self.sessions = SessionStore(folder)
         self.runs = RunLog(folder)
         self.teammates = Teammates(ctx.client, ttl=self.settings.teammates_ttl)
+        self.policies = Policies(self.settings.policies, folder, self.workspace)
+        if self.settings.policies.notes:
+            notes.ensure(self.workspace)
         self._ready = True
         log.info("agent runtime %s: workspace %s, runs on %s", RUNTIME, self.workspace,
                  ", ".join(sorted(self.settings.run_on)))  # fmt: skip
@@ -130,29 +139,47 @@ class AgentRunner:
                 task = None
             except MeshError as e:
                 raise HandlerError(f"cannot read task {event.task_id}: {e}") from e
-        rs = self.policy(event, self.settings)
-        run = RunContext(client=client, me=self.me, event=event)
+        key = self._context_key(event)
+        plan = self.policies.plan(event, task, self.me, key)
+        if plan.skip is not None:
+            log.info("seq %d (%s, task %s): no run, %s", event.seq, event.type, event.task_id, plan.skip)
+            if plan.close and task is not None:
+                mid = derived_message_id(self.me, f"{event.event_id}/close")
+                await actions.close_chit_chat(client, task, mid, self.policies.metrics)
+            return None
+        rs = plan.settings(self.policy(event, self.settings), self.settings.policies)
+        log.info("seq %d: complexity %s (%s), effort %s, thinking %s%s", event.seq, plan.level,
+                 plan.level_source, rs.effort, (rs.thinking or {}).get("type"),
+                 ", handshake run" if plan.handshake else "")  # fmt: skip
+        run = RunContext(client=client, me=self.me, event=event, extra=plan.metadata,
+                         finish_reply=plan.verifier.finish if plan.verifier else None)  # fmt: skip
         try:
-            outcome = await self._run(event, task, rs, run)
+            outcome = await self._run(event, task, rs, run, plan)
         except HandlerError as e:
             # Recorded too: an errored run may have spent money before it failed.
             failed = Outcome("error", 0.0, run.turns, int((time.monotonic() - run.started) * 1000),
                              None, "", None)  # fmt: skip
             self._record(event, run, failed, False, detail=str(e))
+            await actions.count_failure(self.policies, run, key, str(e))
             raise
         auto = False
         if outcome.kind == "ok":
             auto = await self._auto_reply(event, task, run, outcome)
+            if plan.handshake and task is not None:
+                await actions.await_confirmation(run, task)
+            self.policies.finished(key, ok=True)
         else:
             await self._limit_note(event, rs, run, outcome)
-        self._record(event, run, outcome, auto)
+            await actions.count_failure(self.policies, run, key, outcome.detail or outcome.kind)
+        self._record(event, run, outcome, auto, detail=outcome.detail)
         return None
 
     # -- the SDK run -------------------------------------------------------------
     def _context_key(self, event: InboxEvent) -> str:
         return event.context_id or event.task_id or f"event:{event.event_id}"
 
-    async def _options(self, event: InboxEvent, rs: RunSettings, run: RunContext) -> ClaudeAgentOptions:
+    async def _options(self, event: InboxEvent, rs: RunSettings, run: RunContext, plan: Plan
+                       ) -> ClaudeAgentOptions:  # fmt: skip
         assert self.teammates is not None and self.sessions is not None
         try:
             instructions = str((await run.client.me()).get("instructions") or "")
@@ -164,15 +191,14 @@ class AgentRunner:
         session = self.sessions.get(self._context_key(event))
         extra = self.extra_dirs
         opts: dict[str, Any] = {
-            "system_prompt": system_prompt(self.me, str(self.workspace), instructions,
-                                           await self.teammates.summary()),
+            "system_prompt": self._system_prompt(instructions, await self.teammates.summary()),
             "mcp_servers": {"mesh": server},
             "strict_mcp_config": True,
             "tools": list(st.tools),
             "allowed_tools": [*mesh_tools, *st.tools],
             "disallowed_tools": [t for t in RISKY_TOOLS if t not in st.tools],
             "permission_mode": "dontAsk",
-            "hooks": self._hooks(run, extra),
+            "hooks": self._hooks(run, extra, plan),
             "cwd": str(self.workspace),
             "add_dirs": [str(p) for p in extra],
             # Project settings in the workspace could add hooks that run commands:
@@ -194,20 +220,33 @@ class AgentRunner:
             opts.update(resume=session.session_id, fork_session=True)
         return ClaudeAgentOptions(**opts)
 
-    def _hooks(self, run: RunContext, extra: list[Path]) -> dict[HookEvent, list[HookMatcher]]:
+    def _system_prompt(self, instructions: str, teammates: str) -> str:
+        base = system_prompt(self.me, str(self.workspace), instructions, teammates)
+        kept = notes.section(self.workspace) if self.settings.policies.notes else ""
+        return f"{base}\n\n{kept}" if kept else base
+
+    def _hooks(self, run: RunContext, extra: list[Path], plan: Plan) -> dict[HookEvent, list[HookMatcher]]:
         hooks: dict[HookEvent, list[HookMatcher]] = {
             "PreToolUse": [HookMatcher(hooks=[path_guard(self.workspace, extra)])]
         }
+        sources = [plan.hooks(self.policies.metrics)]
         if self.extra_hooks is not None:
-            for name, matchers in self.extra_hooks(run).items():
+            sources.append(self.extra_hooks(run))
+        for source in sources:
+            for name, matchers in source.items():
                 hooks.setdefault(name, []).extend(matchers)
         return hooks
 
-    async def _run(self, event: InboxEvent, task: Task | None, rs: RunSettings, run: RunContext) -> Outcome:
+    async def _run(
+        self, event: InboxEvent, task: Task | None, rs: RunSettings, run: RunContext, plan: Plan
+    ) -> Outcome:
         assert self.sessions is not None
         st = self.settings
         prompt = wake_prompt(event, self.me, task, history=st.history, history_chars=st.history_chars)
-        options = await self._options(event, rs, run)
+        if plan.notes:
+            prompt += "\n\n" + "\n\n".join(plan.notes)
+        options = await self._options(event, rs, run, plan)
+        stopped = lambda: plan.guards.stopped if plan.guards else None  # noqa: E731
         prior = self.sessions.get(self._context_key(event))
         prior_cost = prior.cost_usd if prior else 0.0
         result: ResultMessage | None = None
@@ -237,10 +276,12 @@ class AgentRunner:
                     kind = "timeout"
         except ClaudeSDKError as e:
             # After a limit result the SDK raises too; a result, when there is one, is what counts.
-            if result is None or (result.is_error and result.subtype not in LIMITS):
+            if not stopped() and (result is None or (result.is_error and result.subtype not in LIMITS)):
                 raise HandlerError(f"the agent run failed: {e}") from e
             log.debug("SDK error after the run's result (ignored): %s", e)
-        if result is not None and kind == "ok":
+        if stopped():
+            kind = "guard"
+        elif result is not None and kind == "ok":
             if result.subtype in LIMITS:
                 kind = result.subtype
             elif result.is_error:
@@ -260,10 +301,11 @@ class AgentRunner:
             self.sessions.put(self._context_key(event), session_id, kept)
         if result is not None and kind == "ok" and result.result:
             last_text = result.result.strip() or last_text
-        return Outcome(kind, cost, turns, duration, session_id, last_text, total)
+        return Outcome(kind, cost, turns, duration, session_id, last_text, total, detail=stopped() or "")
 
     # -- after the run --------------------------------------------------------------
-    def _final_metadata(self, event: InboxEvent, outcome: Outcome, **extra: Any) -> dict[str, Any]:
+    def _final_metadata(self, event: InboxEvent, outcome: Outcome, run: RunContext, **extra: Any
+                        ) -> dict[str, Any]:  # fmt: skip
         return {
             "mesh_run": {
                 "runtime": RUNTIME,
@@ -273,7 +315,8 @@ class AgentRunner:
                 "turns": outcome.turns,
                 "duration_ms": outcome.duration_ms,
                 **extra,
-            }
+            },
+            **run.extra,
         }
 
     async def _auto_reply(
@@ -285,12 +328,19 @@ class AgentRunner:
             return False
         if task.serving_agent != self.me or event.type not in ("task.created", "task.message"):
             return False
+        if is_chit_chat(outcome.text):
+            # "You're welcome!" is not an answer anyone waits for: posting it starts a ping-pong.
+            self.policies.metrics.inc("guard_chit_chat_reply_dropped", task.task_id)
+            return False
+        text, label = outcome.text, {}
+        if run.finish_reply is not None:
+            text, label = await run.finish_reply(text)
         try:
             await run.client.reply(
                 task.task_id,
-                outcome.text,
+                text,
                 message_id=run.message_id(f"{event.event_id}/auto-reply"),
-                metadata=self._final_metadata(event, outcome, auto_reply=True),
+                metadata={**self._final_metadata(event, outcome, run, auto_reply=True), **label},
             )
         except ConflictError as e:
             log.warning("auto-reply on task %s not stored: %s", task.task_id, e)
@@ -304,6 +354,7 @@ class AgentRunner:
             "error_max_turns": f"turn limit (--max-turns {rs.max_turns})",
             "error_max_budget_usd": f"budget limit (--max-budget-usd {rs.max_budget_usd:g})",
             "timeout": f"time limit (--timeout {rs.timeout:g} s)",
+            "guard": f"runaway guard ({outcome.detail})",
         }[outcome.kind]
         spent = (
             f"${outcome.cost_usd:.4f} spent"
@@ -318,7 +369,7 @@ class AgentRunner:
         if not event.task_id:
             return
         client = run.client
-        parts = [note_part(note, self._final_metadata(event, outcome, limit=limit))]
+        parts = [note_part(note, self._final_metadata(event, outcome, run, limit=limit))]
         mid = run.message_id(f"{event.event_id}/limit")
         try:
             task = await client.get_task(event.task_id)

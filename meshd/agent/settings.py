@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
+from meshd.agent.policies.config import PolicyConfig
 from meshd.models import InboxEvent
 
 # Events that need thought by default. Receipts, own echoes, friend and group
@@ -63,6 +64,7 @@ class AgentSettings:
     # friend or group event).
     teammates_ttl: float = 300.0
     cli_path: str | None = None
+    policies: PolicyConfig = field(default_factory=PolicyConfig)
 
 
 Policy = Callable[[InboxEvent, AgentSettings], RunSettings]

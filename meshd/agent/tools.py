@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,6 +51,10 @@ class RunContext:
     # Task ids this run wrote a message on (a reply or a status note).
     posted_on: set[str] = field(default_factory=set)
     posted: int = 0
+    # The policies' marks on every message this run posts (complexity, handshake).
+    extra: dict[str, Any] = field(default_factory=dict)
+    # Labels a reply before it is posted: (text with its label line, metadata) (policies/labels.py).
+    finish_reply: Callable[[str], Awaitable[tuple[str, dict[str, Any]]]] | None = None
 
     def key(self, tool_name: str) -> str:
         self.calls[tool_name] += 1
@@ -66,7 +71,8 @@ class RunContext:
                 "event_id": self.event.event_id,
                 "turns_so_far": self.turns,
                 "elapsed_ms": int((time.monotonic() - self.started) * 1000),
-            }
+            },
+            **self.extra,
         }
 
 
@@ -84,6 +90,19 @@ def _obj(props: dict[str, Any], required: list[str]) -> dict[str, Any]:
 
 _S = {"type": "string"}
 _DATA = {"type": "object", "description": "Optional structured data, sent as a data part"}
+_LEVEL = {"type": "string", "enum": ["low", "medium", "high"],
+          "description": "How complex the request is (effort, handshake; default: the receiver infers)"}
+_HANDSHAKE = {"type": "boolean", "description": "false: the receiver may skip confirming its understanding"}
+
+
+def send_metadata(args: dict[str, Any]) -> dict[str, Any]:
+    """The policy fields of a new task's first message (DESIGN §10: in metadata, not parts)."""
+    out: dict[str, Any] = {}
+    if args.get("complexity") in ("low", "medium", "high"):
+        out["complexity"] = args["complexity"]
+    if args.get("handshake") is False:
+        out["handshake"] = False
+    return out
 
 
 def build_tools(run: RunContext) -> list[SdkMcpTool[Any]]:
@@ -133,7 +152,8 @@ def build_tools(run: RunContext) -> list[SdkMcpTool[Any]]:
         "mesh_send_message",
         "Ask another agent for something: opens a new task with your message. Pass context_id to keep "
         "the conversation together. The answer arrives in a later run; end this run after sending.",
-        _obj({"to_agent_id": _S, "text": _S, "context_id": _S, "data": _DATA}, ["to_agent_id", "text"]),
+        _obj({"to_agent_id": _S, "text": _S, "context_id": _S, "data": _DATA, "complexity": _LEVEL,
+              "handshake": _HANDSHAKE}, ["to_agent_id", "text"]),
     )
     async def send(args: dict[str, Any]) -> dict[str, Any]:
         key = run.key("mesh_send_message")
@@ -146,7 +166,7 @@ def build_tools(run: RunContext) -> list[SdkMcpTool[Any]]:
                 context_id=args.get("context_id") or run.event.context_id,
                 task_id=derived_task_id(run.me, key),
                 message_id=run.message_id(key),
-                metadata=run.metadata(),
+                metadata={**run.metadata(), **send_metadata(args)},
             )
             run.posted += 1
             return {"task_id": task.task_id, "context_id": task.context_id, "state": task.state,
@@ -165,13 +185,16 @@ def build_tools(run: RunContext) -> list[SdkMcpTool[Any]]:
         mid = run.message_id(key)
 
         async def run_() -> Any:
+            text, label = str(args.get("text", "")), {}
+            if run.finish_reply is not None:
+                text, label = await run.finish_reply(text)
             try:
                 await c.reply(
                     task_id,
-                    str(args.get("text", "")),
+                    text,
                     data=args.get("data") if isinstance(args.get("data"), dict) else None,
                     message_id=mid,
-                    metadata=run.metadata(),
+                    metadata={**run.metadata(), **label},
                 )
             except ConflictError:
                 # A re-run after a crash may word the reply differently: the id is
@@ -204,9 +227,10 @@ def build_tools(run: RunContext) -> list[SdkMcpTool[Any]]:
             try:
                 out = await c.set_status(task_id, state, parts=parts, message_id=run.message_id(key))
             except ConflictError:
-                # The serving agent goes through `working`; spare the model a round trip.
+                # The serving agent goes through `working` (also back from input-required, e.g. after
+                # a handshake); spare the model a round trip.
                 task = await c.get_task(task_id)
-                if state not in NEEDS_WORKING or task.state != "submitted":
+                if state not in NEEDS_WORKING or task.state not in ("submitted", "input-required"):
                     raise
                 await c.set_status(task_id, "working")
                 out = await c.set_status(task_id, state, parts=parts, message_id=run.message_id(key))

@@ -13,6 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, get_args
 
+from meshd.agent.policies.config import PolicyConfig
 from meshd.agent.settings import AGENT_ATTEMPTS, DEFAULT_RUN_ON, DEFAULT_TOOLS, AgentSettings, RunSettings
 from meshd.cli import run, social, tasks, teams
 from meshd.handlers import DEFAULT_TIMEOUT
@@ -129,11 +130,69 @@ def _agent(p: argparse.ArgumentParser) -> None:
                    help="do not post a run's final text when it posted nothing")  # fmt: skip
     g.add_argument("--history", type=_positive(int), default=a.history, help="earlier task messages shown")
     g.add_argument("--cli-path", help="a Claude Code CLI to use instead of the bundled one")
+    _policies(p.add_argument_group('collaboration policies (docs/meshd.md, "Policies")'))
     _delivery(
         p.add_argument_group("delivery (as for `mesh daemon`)"),
         replace(DaemonOptions(), attempts=AGENT_ATTEMPTS),
         attempts="tries of a run that failed with an error (not a limit)",
         grace="on SIGTERM, how long the running run may still take",
+    )
+
+
+def _policies(g: argparse._ArgumentGroup) -> None:
+    c = PolicyConfig()
+    g.add_argument("--broadcast-max-turns", type=_positive(int), default=c.broadcast_max_turns,
+                   help=f"turns of a run started by a group message (default {c.broadcast_max_turns})")
+    g.add_argument("--broadcast-max-budget-usd", type=_positive(float), default=c.broadcast_max_budget_usd,
+                   help=f"USD of a group message's run (default {c.broadcast_max_budget_usd:g})")
+    g.add_argument("--no-plans", action="store_true", help="do not ask high tasks for a {task}.plan.md")
+    g.add_argument("--no-notes", action="store_true",
+                   help="keep no notes/*.md in the workspace and the system prompt")  # fmt: skip
+    g.add_argument("--check", action="append", default=[], metavar="CMD",
+                   help="a build/test command of the workspace the runtime re-runs to verify a reply "
+                   "(repeatable; run with the shell, in the workspace)")  # fmt: skip
+    g.add_argument("--check-timeout", type=_positive(float), default=c.check_timeout, metavar="S",
+                   help=f"seconds per re-run check (default {c.check_timeout:g})")  # fmt: skip
+    g.add_argument(
+        "--no-complexity",
+        action="store_true",
+        help="one effort/thinking for every task instead of one per complexity level",
+    )
+    g.add_argument(
+        "--handshake",
+        choices=("auto", "always", "off"),
+        default=c.handshake,
+        help="confirm understanding before medium/high work (auto: the sender may waive it)",
+    )
+    g.add_argument(
+        "--loop-limit",
+        type=_positive(int),
+        default=c.loop_limit,
+        help=f"identical tool calls in a row: warned, then stopped (default {c.loop_limit})",
+    )
+    g.add_argument(
+        "--max-tool-calls",
+        type=_positive(int),
+        default=c.max_tool_calls,
+        help=f"tool calls per run before it is stopped (default {c.max_tool_calls})",
+    )
+    g.add_argument(
+        "--tool-failures",
+        type=_positive(int),
+        default=c.tool_failures,
+        help=f"a mesh tool failing this often in a row is switched off (default {c.tool_failures})",
+    )
+    g.add_argument(
+        "--failed-runs",
+        type=_positive(int),
+        default=c.failed_runs,
+        help=f"failed runs in a row before a context gets no more (default {c.failed_runs})",
+    )
+    g.add_argument(
+        "--chit-chat",
+        type=_positive(int),
+        default=c.chit_chat,
+        help=f"acknowledgements in a row before the task is closed (default {c.chit_chat})",
     )
 
 
@@ -183,6 +242,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--task-id", help="choose the task id (default: generated)")
     p.add_argument("--data", type=_json_object, help="add a data part (JSON object)")
     p.add_argument("--metadata", type=_json_object, help="message metadata (JSON object)")
+    p.add_argument("--complexity", choices=("low", "medium", "high"),
+                   help="how complex the request is (default: the receiving agent infers it)")  # fmt: skip
+    p.add_argument("--no-handshake", action="store_true",
+                   help="let the receiver start without confirming its understanding")  # fmt: skip
     p.set_defaults(run=tasks.cmd_send)
 
     p = add("reply", "add a message to a task; prints the message id")

@@ -55,6 +55,7 @@ async def cmd_mcp(args: argparse.Namespace) -> int:
 
 
 async def cmd_agent(args: argparse.Namespace) -> int:
+    from meshd.agent.policies.config import PolicyConfig
     from meshd.agent.settings import AgentSettings, RunSettings
     from meshd.daemon import Daemon
 
@@ -81,6 +82,21 @@ async def cmd_agent(args: argparse.Namespace) -> int:
         extra_dirs=tuple(args.add_dir),
         history=args.history,
         cli_path=args.cli_path,
+        policies=PolicyConfig(
+            complexity=not args.no_complexity,
+            handshake=args.handshake,
+            loop_limit=args.loop_limit,
+            max_tool_calls=args.max_tool_calls,
+            tool_failures=args.tool_failures,
+            failed_runs=args.failed_runs,
+            chit_chat=args.chit_chat,
+            checks=tuple(args.check),
+            plans=not args.no_plans,
+            broadcast_max_turns=args.broadcast_max_turns,
+            broadcast_max_budget_usd=args.broadcast_max_budget_usd,
+            notes=not args.no_notes,
+            check_timeout=args.check_timeout,
+        ),
     )
     # The runner posts its own replies (with the run's figures in their metadata).
     opts = daemon_options(args, reply=False)

@@ -14,12 +14,18 @@ from meshd.options import DaemonOptions
 
 
 async def cmd_send(args: argparse.Namespace) -> int:
+    metadata = dict(args.metadata or {})
+    # Policy fields travel in the message metadata (DESIGN §10), read by the receiver's runtime.
+    if args.complexity:
+        metadata["complexity"] = args.complexity
+    if args.no_handshake:
+        metadata["handshake"] = False
     async with make_client(args) as client:
         task = await client.send(
             args.to_agent_id,
             read_text(args.text),
             data=args.data,
-            metadata=args.metadata,
+            metadata=metadata or None,
             task_id=args.task_id,
             context_id=args.context_id,
         )

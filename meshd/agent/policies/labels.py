@@ -1,0 +1,149 @@
+"""Verification labels on the replies the runtime posts: facts from hooks and re-runs.
+
+A PostToolUse / PostToolUseFailure hook records each shell command the model ran
+(Bash) and its exit code. When a reply is posted (``mesh_reply`` or the
+auto-reply) the runtime labels it:
+
+- ``independently verified``: the workspace has configured checks
+  (``mesh agent --check CMD``), the runtime re-ran them itself and all exited 0;
+- ``failed checks``: a re-run check failed, or (no checks configured) the last
+  run of a command the model ran failed;
+- ``agent verified``: no checks configured, the model ran commands, all exit 0;
+- ``unverified``: nothing was checked.
+
+The checks are re-run when the reply claims a result (:data:`CLAIM`, English
+and Chinese) or the model ran commands; the claim only decides *whether* to
+check, the label is always what the checks returned. The label goes into the
+message metadata (``mesh_verification``) and a trailing line of the text, which
+the receiving model reads in its next prompt (the line is left out when nothing
+was checked and nothing claimed: the metadata still says ``unverified``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from claude_agent_sdk import HookMatcher
+from claude_agent_sdk.types import HookEvent
+
+from meshd.agent.policies.metrics import PolicyMetrics
+
+log = logging.getLogger("meshd.agent")
+
+LABELS = ("independently verified", "agent verified", "failed checks", "unverified")
+CLAIM = re.compile(
+    r"\b(tests? (pass|passed|green|succeed)|all (tests|checks) pass|verified|compiles?|builds? "
+    r"(pass|passes|passed|fine|succeeded|ok)|works)\b|测试通过|编译通过|已验证|验证通过",
+    re.I,
+)
+EXIT = re.compile(r"exit code[: ]+(-?\d+)", re.I)
+OUTPUT_CHARS = 400
+
+
+def reported(msg: Any) -> str | None:
+    """The label another runtime put on ``msg`` (with its checks), for the reader's prompt."""
+    meta = getattr(msg, "metadata", None) or {}
+    v = meta.get("mesh_verification") if isinstance(meta, dict) else None
+    if not isinstance(v, dict) or v.get("label") not in LABELS:
+        return None
+    checks = [c for c in v.get("checks") or [] if isinstance(c, dict)][:10]
+    listed = "; ".join(
+        f"`{str(c.get('command'))[:200]}` exit {c.get('exit_code')} ({c.get('by')})" for c in checks
+    )
+    return str(v["label"]) + (f" — {listed}" if listed else "")
+
+
+@dataclass
+class Check:
+    command: str
+    exit_code: int
+    by: str  # "agent" (the model ran it) or "runtime" (re-run by mesh agent)
+    output: str = ""
+
+    def as_json(self) -> dict[str, Any]:
+        return {"command": self.command, "exit_code": self.exit_code, "by": self.by}
+
+
+async def run_check(command: str, cwd: Path, timeout: float) -> Check:
+    proc = await asyncio.create_subprocess_shell(
+        command, cwd=str(cwd), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
+    )
+    try:
+        async with asyncio.timeout(timeout):
+            out, _ = await proc.communicate()
+    except TimeoutError:
+        proc.kill()
+        await proc.wait()
+        return Check(command, -1, "runtime", f"timed out after {timeout:g} s")
+    return Check(command, proc.returncode or 0, "runtime", out.decode(errors="replace")[-OUTPUT_CHARS:])
+
+
+@dataclass
+class Verifier:
+    """One run's record of commands, and the labelling of its replies."""
+
+    checks: tuple[str, ...]
+    workspace: Path
+    metrics: PolicyMetrics
+    timeout: float = 300.0
+    ran: list[Check] = field(default_factory=list)
+    _rerun: list[Check] | None = None
+
+    async def _post(self, data: Any, tool_use_id: str | None, context: Any) -> dict[str, Any]:
+        if data.get("tool_name") == "Bash":
+            resp = data.get("tool_response")
+            code = 0
+            if isinstance(resp, dict):
+                raw = resp.get("exit_code", resp.get("exitCode", resp.get("returnCode")))
+                code = int(raw) if isinstance(raw, int) else (1 if resp.get("interrupted") else 0)
+            self._record(data, code)
+        return {}
+
+    async def _failure(self, data: Any, tool_use_id: str | None, context: Any) -> dict[str, Any]:
+        if data.get("tool_name") == "Bash":
+            m = EXIT.search(str(data.get("error") or ""))
+            self._record(data, int(m.group(1)) if m else 1)
+        return {}
+
+    def _record(self, data: Any, code: int) -> None:
+        command = str((data.get("tool_input") or {}).get("command", ""))
+        self.ran.append(Check(command, code, "agent"))
+        log.info("verification: the model ran %r, exit %d", command[:200], code)
+
+    def hooks(self) -> dict[HookEvent, list[HookMatcher]]:
+        return {
+            "PostToolUse": [HookMatcher(matcher="Bash", hooks=[self._post])],
+            "PostToolUseFailure": [HookMatcher(matcher="Bash", hooks=[self._failure])],
+        }
+
+    async def label(self, text: str) -> tuple[str, list[Check]]:
+        if self.checks and (self.ran or CLAIM.search(text)):
+            if self._rerun is None:  # once per run: the checks are the workspace's, not the reply's
+                self._rerun = [await run_check(c, self.workspace, self.timeout) for c in self.checks]
+            ok = all(c.exit_code == 0 for c in self._rerun)
+            return ("independently verified" if ok else "failed checks"), self._rerun
+        if self.ran:
+            last: dict[str, Check] = {}
+            for c in self.ran:  # a command fixed and run again counts by its last run
+                last[c.command] = c
+            ok = all(c.exit_code == 0 for c in last.values())
+            return ("agent verified" if ok else "failed checks"), list(last.values())
+        return "unverified", []
+
+    async def finish(self, text: str) -> tuple[str, dict[str, Any]]:
+        """The reply's text with its trailing label line, and the metadata to merge."""
+        label, checks = await self.label(text)
+        self.metrics.inc("label_" + label.replace(" ", "_"))
+        meta = {"mesh_verification": {"label": label, "checks": [c.as_json() for c in checks]}}
+        if not checks and not CLAIM.search(text):
+            # Nothing checked and nothing claimed ("It is 42."): the metadata says unverified;
+            # a trailing line on every answer would only be noise (and turn "thanks" into work).
+            return text, meta
+        listed = "; ".join(f"`{c.command}` exit {c.exit_code}" for c in checks)
+        line = f"[verification: {label}" + (f" — {listed}" if listed else "") + "]"
+        return f"{text.rstrip()}\n\n{line}", meta
