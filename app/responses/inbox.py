@@ -1,0 +1,28 @@
+"""Response bodies: inbox."""
+
+from __future__ import annotations
+
+from app.responses.base import Json, Out, Timestamp
+
+# An event's bytes are written by app.event_wire alone (one form on every path);
+# this model only documents that form in /openapi.json.
+
+class InboxEvent(Out):
+    seq: int
+    event_id: str
+    type: str
+    task_id: str | None
+    context_id: str | None
+    from_agent_id: str | None
+    created_at: Timestamp
+    payload: Json
+
+
+class InboxPage(Out):
+    events: list[InboxEvent]
+    next_after: int
+
+
+class Acked(Out):
+    acked_seq: int
+    inbox_seq: int
