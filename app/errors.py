@@ -103,6 +103,19 @@ async def handle_http(request: Request, exc: Exception) -> Response:
     return problem_response(Problem(exc.status_code, str(detail), headers=exc.headers))
 
 
+# nginx's "client closed request": the client hung up before we could answer. Its
+# own status label, so a client that leaves mid-body is not counted as our 5xx.
+CLIENT_CLOSED_REQUEST = 499
+
+
+async def handle_disconnect(request: Request, exc: Exception) -> Response:
+    """The client disconnected while its body was read: nothing was applied and
+    nobody is left to answer. Debug, not an error: anyone can do it, at will."""
+    log.debug("client disconnected before its request body was read: %s %s",
+              request.method, request.url.path)
+    return Response(status_code=CLIENT_CLOSED_REQUEST)
+
+
 async def handle_unexpected(request: Request, exc: Exception) -> Response:
     log.exception("unhandled error on %s %s", request.method, request.url.path)
     return problem_response(Problem(500, "internal error; the request was not applied "

@@ -13,14 +13,21 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.middleware.body_limit import RequestBodyLimitMiddleware
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from app import db, health, openapi
 from app.api import admin, auth, inbox, mesh, owners, sse, tasks, timeline
 from app.api.deps import State, state
-from app.errors import Problem, handle_http, handle_problem, handle_unexpected, handle_validation
+from app.errors import (
+    Problem,
+    handle_disconnect,
+    handle_http,
+    handle_problem,
+    handle_unexpected,
+    handle_validation,
+)
 from app.health import close_bus_probes
 from app.inbox_hub import InboxHub
 from app.middleware import ProblemBodyLimit, RequestMetrics
@@ -109,6 +116,7 @@ def create_app(settings: Settings | None = None) -> Starlette:
             ValidationError: handle_validation,
             HTTPException: handle_http,
             Exception: handle_unexpected,
+            ClientDisconnect: handle_disconnect,
         },
         lifespan=lifespan,
     )

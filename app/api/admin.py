@@ -6,7 +6,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from app.api.deps import admin, doc, int_query, json, state
+from app.api.deps import BIGINT_MAX, admin, doc, int_query, json, state
 from app.errors import Problem
 from app.responses import DeadLetters, OutboxOverview, RetriedAll, RetriedOne
 from app.services import admin as admin_service
@@ -39,6 +39,8 @@ async def retry_one(request: Request) -> Response:
         row_id = int(raw)
     except ValueError:
         raise Problem(422, f"an outbox row id is an integer, got '{raw}'") from None
+    if not 1 <= row_id <= BIGINT_MAX:
+        raise Problem(422, f"an outbox row id is between 1 and {BIGINT_MAX}, got '{raw}'")
     s = state(request)
     return json(await admin_service.retry_one(s.pool, row_id, wakeup=s.wakeup))
 

@@ -16,7 +16,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from app.api.deps import agent, doc, int_query, state
+from app.api.deps import BIGINT_MAX, agent, doc, int_query, state
 from app.errors import Problem
 from app.event_wire import WireEvent
 from app.services.inbox_stream import InboxStream, StreamItem
@@ -34,8 +34,10 @@ def _start_after(request: Request) -> int | None:
         except ValueError:
             raise Problem(422, f"Last-Event-ID must be an inbox seq (integer), got '{header}'") \
                 from None
-        if value < 0:
-            raise Problem(422, "Last-Event-ID must be >= 0")
+        if not 0 <= value <= BIGINT_MAX:
+            # Past BIGINT the driver fails mid-stream; refuse before the 200 goes out.
+            raise Problem(422, f"Last-Event-ID must be an inbox seq between 0 and {BIGINT_MAX}, "
+                               f"got '{header}'")
         return value
     return int_query(request, "after", default=None, minimum=0)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import base64
 import binascii
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import asyncpg
@@ -180,8 +180,12 @@ def decode_cursor(cursor: str) -> tuple[datetime, str]:
         stamp, task_id = raw.split("|", 1)
         if not ids.is_valid_id(task_id):
             raise ValueError("not a task id")
-        return datetime.fromisoformat(stamp), task_id
-    except (ValueError, binascii.Error) as exc:
+        when = datetime.fromisoformat(stamp)
+        # The driver converts to UTC: a time near year 1 or 9999 with an offset
+        # would overflow there (a 500), so the range is checked here.
+        when.astimezone(UTC)
+        return when, task_id
+    except (ValueError, OverflowError, binascii.Error) as exc:
         raise bad_request("invalid cursor; pass the next_cursor of a previous page") from exc
 
 
