@@ -20,6 +20,7 @@ from starlette.routing import BaseRoute, Route
 from app import db, health, openapi
 from app.api import admin, auth, inbox, mesh, owners, sse, tasks, timeline
 from app.api.deps import State, state
+from app.auth_throttle import AuthThrottle
 from app.errors import (
     Problem,
     handle_disconnect,
@@ -34,6 +35,7 @@ from app.middleware import ProblemBodyLimit, RequestMetrics
 from app.observability import init_sentry, setup_logging
 from app.ratelimit import RateLimiter
 from app.relay_wakeup import RelayWakeup
+from app.services.kdf import Kdf
 from app.settings import Settings, load_settings
 
 log = logging.getLogger("mesh.app")
@@ -77,7 +79,9 @@ def create_app(settings: Settings | None = None) -> Starlette:
         wakeup = RelayWakeup(pool)
         await wakeup.start()
         app.state.mesh = State(settings=settings, pool=pool, redis=redis, hub=hub,
-                               ratelimiter=limiter, wakeup=wakeup)
+                               ratelimiter=limiter, wakeup=wakeup,
+                               auth_throttle=AuthThrottle(redis, settings),
+                               kdf=Kdf.from_settings(settings))
         try:
             yield
         finally:

@@ -80,3 +80,8 @@ SSE_GAP_FILLS = Counter(
     "agent_mesh_sse_gap_fills",
     "Holes in an agent's Redis stream that an SSE reader filled from Postgres.",
 )
+AUTH_THROTTLED = Counter(
+    "agent_mesh_auth_throttled",
+    "Register/login/API-key exchanges refused with 429, by bucket (app.auth_throttle).",
+    ["bucket"],
+)

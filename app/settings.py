@@ -85,6 +85,15 @@ class Settings(BaseSettings):
     metrics_port: int | None = None
     log_level: str = "INFO"
 
+    # --- hardening (issue 15) -----------------------------------------------
+    # Register/login/API-key exchange buckets per client address and account
+    # (app.auth_throttle); overrides by name: {"login": [rate_per_s, burst], ...}.
+    auth_throttle_enabled: bool = True
+    auth_limits: dict[str, tuple[float, int]] = Field(default_factory=dict)
+    # argon2 hashes at once per web process, and how many may wait for one.
+    kdf_concurrency: int = 1
+    kdf_queue: int = 64
+
     @property
     def bus_kind(self) -> Literal["kafka", "nats", "redis"]:
         if self.bus == "auto":

@@ -42,6 +42,9 @@ class State:
     # The coalescing RelayWakeup of this web process, handed to every write's unit
     # of work (app.writes); None makes each write NOTIFY the relay itself.
     wakeup: Wakeup | None = None
+    # app.auth_throttle.AuthThrottle and app.services.kdf.Kdf (issue 15).
+    auth_throttle: Any = None
+    kdf: Any = None
 
 
 def state(request: Request) -> State:
