@@ -134,5 +134,9 @@ def parse_json_body(raw: bytes) -> Any:
         return json.loads(raw, parse_constant=_no_constants)
     except RecursionError:
         raise bad_request("request body is nested too deeply to parse") from None
-    except (UnicodeDecodeError, ValueError) as exc:  # JSONDecodeError is a ValueError
+    except UnicodeDecodeError as exc:
+        # Not the codec's own words: they name interpreter internals.
+        raise bad_request(f"request body is not valid UTF-8 (invalid byte at offset "
+                          f"{exc.start}); send JSON in UTF-8") from None
+    except ValueError as exc:  # JSONDecodeError is a ValueError
         raise bad_request(f"request body is not valid JSON: {exc}") from exc

@@ -31,12 +31,13 @@ from app.errors import (
 )
 from app.health import close_bus_probes
 from app.inbox_hub import InboxHub
-from app.middleware import ProblemBodyLimit, RequestMetrics
+from app.middleware import EncodedSlashGuard, ProblemBodyLimit, RequestMetrics
 from app.observability import init_sentry, setup_logging
 from app.ratelimit import RateLimiter
 from app.relay_wakeup import RelayWakeup
 from app.services.kdf import Kdf
 from app.settings import Settings, load_settings
+from app.stream_slots import StreamSlots
 
 log = logging.getLogger("mesh.app")
 
@@ -81,7 +82,8 @@ def create_app(settings: Settings | None = None) -> Starlette:
         app.state.mesh = State(settings=settings, pool=pool, redis=redis, hub=hub,
                                ratelimiter=limiter, wakeup=wakeup,
                                auth_throttle=AuthThrottle(redis, settings),
-                               kdf=Kdf.from_settings(settings))
+                               kdf=Kdf.from_settings(settings),
+                               sse_slots=StreamSlots(settings.sse_max_streams_per_agent))
         try:
             yield
         finally:
@@ -112,6 +114,7 @@ def create_app(settings: Settings | None = None) -> Starlette:
         routes=routes,
         middleware=[
             Middleware(RequestMetrics),
+            Middleware(EncodedSlashGuard),
             Middleware(ProblemBodyLimit, max_body_size=settings.max_body_bytes),
             Middleware(RequestBodyLimitMiddleware, max_body_size=settings.max_body_bytes),
         ],

@@ -93,6 +93,8 @@ class Settings(BaseSettings):
     # argon2 hashes at once per web process, and how many may wait for one.
     kdf_concurrency: int = 1
     kdf_queue: int = 64
+    # Open SSE streams per agent per web process; past it 429 (0: no cap).
+    sse_max_streams_per_agent: int = 10
 
     @property
     def bus_kind(self) -> Literal["kafka", "nats", "redis"]:

@@ -45,6 +45,8 @@ class State:
     # app.auth_throttle.AuthThrottle and app.services.kdf.Kdf (issue 15).
     auth_throttle: Any = None
     kdf: Any = None
+    # app.stream_slots.StreamSlots: open SSE streams per agent in this process.
+    sse_slots: Any = None
 
 
 def state(request: Request) -> State:
@@ -105,7 +107,21 @@ def check_path_params(request: Request) -> None:
             raise Problem(422, f"path parameter '{name}' {why}")
 
 
+def check_json_content_type(request: Request) -> None:
+    """415 for a body declared as something else than JSON (a form post, text);
+    a request without a Content-Type is read as JSON, as curl -d sends it."""
+    declared = request.headers.get("content-type")
+    if declared is None:
+        return
+    media = declared.split(";", 1)[0].strip().lower()
+    if media != "application/json" and not (media.startswith("application/")
+                                           and media.endswith("+json")):
+        raise Problem(415, f"Content-Type must be application/json, got '{declared[:100]}'; "
+                           "send the body as JSON with 'Content-Type: application/json'")
+
+
 async def body(request: Request, model: type[M]) -> M:
+    check_json_content_type(request)
     data = parse_json_body(await request.body())
     if not isinstance(data, dict):
         raise bad_request("request body must be a JSON object")

@@ -9,6 +9,7 @@ this module maps its items to frames.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import AsyncIterator
 
 from sse_starlette.sse import EventSourceResponse
@@ -20,6 +21,7 @@ from app.api.deps import BIGINT_MAX, agent, doc, int_query, state
 from app.errors import Problem
 from app.event_wire import WireEvent
 from app.services.inbox_stream import InboxStream, StreamItem
+from app.stream_slots import Lease
 
 # Keep-alives come from the stream's own loop rather than a ping task of
 # sse-starlette's: one coroutine per idle stream, not two.
@@ -51,9 +53,13 @@ def frame(item: StreamItem) -> bytes:
     return KEEP_ALIVE_FRAME
 
 
-async def _frames(stream: InboxStream) -> AsyncIterator[bytes]:
-    async for item in stream.items():
-        yield frame(item)
+async def _frames(stream: InboxStream, lease: Lease | None) -> AsyncIterator[bytes]:
+    try:
+        async for item in stream.items():
+            yield frame(item)
+    finally:
+        if lease is not None:
+            lease.release()
 
 
 @doc("The inbox as Server-Sent Events (id = seq); resumes after Last-Event-ID, ?after=, "
@@ -63,7 +69,12 @@ async def stream(request: Request) -> Response:
     s = state(request)
     inbox_stream = await InboxStream.open(s.pool, s.redis, s.hub, s.settings, me,
                                           _start_after(request))
-    return EventSourceResponse(_frames(inbox_stream), ping=0,
+    lease = s.sse_slots.acquire(me.agent_id) if s.sse_slots is not None else None
+    frames = _frames(inbox_stream, lease)
+    if lease is not None:
+        # A response that never starts never runs the generator's finally.
+        weakref.finalize(frames, lease.release)
+    return EventSourceResponse(frames, ping=0,
                                headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
 

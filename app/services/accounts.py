@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable
 import asyncpg
 
 from app import ids, security
+from app.domain import registration
 from app.errors import Problem, conflict, forbidden, not_found, unauthorized
 from app.responses import AgentList, AgentOut, AgentToken, KeyInfo, NewKey, OwnerToken, Registered
 from app.schemas import AgentCreate, AgentPatch
@@ -27,6 +28,7 @@ async def register(pool: asyncpg.Pool, settings: Settings, username: str,
                    password: str, *, kdf: Kdf | None = None) -> Registered:
     if not settings.registration_enabled:
         raise forbidden("registration is disabled on this mesh; ask its operator for an account")
+    registration.check(username, password, admin_usernames=settings.admin_usernames)
     # argon2 is deliberately slow (~0.5 s): off the event loop, or every stream
     # and request of this process would stall behind one login.
     password_hash = await (kdf or Kdf()).hash_password(password)
