@@ -122,6 +122,14 @@ async def handle_unexpected(request: Request, exc: Exception) -> Response:
                                          "and may be retried"))
 
 
+async def unexpected_response(request: Request, exc: Exception) -> Response:
+    """As :func:`handle_unexpected`, for handlers that take a class of errors and
+    find one is not theirs (logged with its traceback, as there)."""
+    log.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
+    return problem_response(Problem(500, "internal error; the request was not applied "
+                                         "and may be retried"))
+
+
 def _no_constants(name: str) -> Any:
     # json.loads accepts NaN and ±Infinity by default; JSON (and jsonb) does not.
     raise ValueError(f"{name} is not a JSON value")

@@ -38,6 +38,7 @@ from app.relay_wakeup import RelayWakeup
 from app.services.kdf import Kdf
 from app.settings import Settings, load_settings
 from app.stream_slots import StreamSlots
+from app.unavailable import UNAVAILABLE, handle_unavailable
 
 log = logging.getLogger("mesh.app")
 
@@ -124,6 +125,7 @@ def create_app(settings: Settings | None = None) -> Starlette:
             HTTPException: handle_http,
             Exception: handle_unexpected,
             ClientDisconnect: handle_disconnect,
+            **{cls: handle_unavailable for cls in UNAVAILABLE},
         },
         lifespan=lifespan,
     )

@@ -9,6 +9,7 @@ this module maps its items to frames.
 
 from __future__ import annotations
 
+import logging
 import weakref
 from collections.abc import AsyncIterator
 
@@ -22,6 +23,9 @@ from app.errors import Problem
 from app.event_wire import WireEvent
 from app.services.inbox_stream import InboxStream, StreamItem
 from app.stream_slots import Lease
+from app.unavailable import UNAVAILABLE, is_unavailable
+
+log = logging.getLogger("mesh.sse")
 
 # Keep-alives come from the stream's own loop rather than a ping task of
 # sse-starlette's: one coroutine per idle stream, not two.
@@ -57,6 +61,12 @@ async def _frames(stream: InboxStream, lease: Lease | None) -> AsyncIterator[byt
     try:
         async for item in stream.items():
             yield frame(item)
+    except UNAVAILABLE as exc:
+        if not is_unavailable(exc):
+            raise
+        # Postgres went away under an open stream: end it; the client resumes
+        # with Last-Event-ID and meets a 503 + Retry-After until it is back.
+        log.info("inbox stream ended: the database is unavailable (%s)", exc)
     finally:
         if lease is not None:
             lease.release()
