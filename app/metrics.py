@@ -85,3 +85,7 @@ AUTH_THROTTLED = Counter(
     "Register/login/API-key exchanges refused with 429, by bucket (app.auth_throttle).",
     ["bucket"],
 )
+OUTBOX_OLDEST_AGE = Gauge(
+    "agent_mesh_outbox_oldest_pending_age_seconds",
+    "Age of the oldest pending outbox row (0 when none), set by cron.",
+)
