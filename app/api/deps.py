@@ -231,16 +231,39 @@ def float_query(request: Request, name: str, *, default: float, minimum: float,
 def doc(summary: str, *, body: type[BaseModel] | None = None,
         response: type[BaseModel] | None = None, media: str | None = None,
         auth: str | None = None, status: int = 200, replay_status: int | None = None,
-        tag: str = "mesh") -> Callable[[Any], Any]:
+        tag: str = "mesh", params: list[dict[str, Any]] | None = None) -> Callable[[Any], Any]:
     """Attach OpenAPI facts to a handler; app.openapi collects them.
 
     ``response`` is the JSON body of a success (an app.responses model); ``media``
     names a success body that is not JSON (SSE); neither, with ``status=204``,
     means no body. ``replay_status`` documents the answer to an idempotent retry
-    (200 for a create that was already done), with the same body."""
+    (200 for a create that was already done), with the same body. ``params`` are
+    the query parameters and headers the handler reads (:func:`query_param`,
+    :func:`header_param`), as OpenAPI parameter objects."""
     def mark(fn: Any) -> Any:
         fn.__mesh_doc__ = {"summary": summary, "body": body, "response": response,
                            "media": media, "auth": auth, "status": status,
-                           "replay_status": replay_status, "tag": tag}
+                           "replay_status": replay_status, "tag": tag,
+                           "params": params or []}
         return fn
     return mark
+
+
+def query_param(name: str, description: str, *, type_: str = "integer",
+                minimum: float | None = 0, maximum: float | None = None,
+                **schema: Any) -> dict[str, Any]:
+    """An OpenAPI query parameter, with the bounds the handler enforces."""
+    body: dict[str, Any] = {"type": type_, **schema}
+    if type_ in ("integer", "number"):
+        if minimum is not None:
+            body["minimum"] = minimum
+        body["maximum"] = BIGINT_MAX if maximum is None and type_ == "integer" else maximum
+        if body["maximum"] is None:
+            del body["maximum"]
+    return {"name": name, "in": "query", "required": False, "description": description,
+            "schema": body}
+
+
+def header_param(name: str, description: str, **schema: Any) -> dict[str, Any]:
+    return {"name": name, "in": "header", "required": False, "description": description,
+            "schema": {"type": "string", **schema}}

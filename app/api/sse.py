@@ -18,7 +18,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from app.api.deps import BIGINT_MAX, agent, doc, int_query, state
+from app.api.deps import BIGINT_MAX, agent, doc, header_param, int_query, query_param, state
 from app.errors import Problem
 from app.event_wire import WireEvent
 from app.services.inbox_stream import InboxStream, StreamItem
@@ -73,7 +73,10 @@ async def _frames(stream: InboxStream, lease: Lease | None) -> AsyncIterator[byt
 
 
 @doc("The inbox as Server-Sent Events (id = seq); resumes after Last-Event-ID, ?after=, "
-     "or the acked cursor", media="text/event-stream", auth="agent", tag="inbox")
+     "or the acked cursor", media="text/event-stream", auth="agent", tag="inbox", params=[
+         header_param("Last-Event-ID", "resume after this seq (an integer, 0 … 2^63-1); wins "
+                      "over ?after=", pattern=r"^[0-9]{1,19}$"),
+         query_param("after", "return events with seq > after (default: your acked cursor)")])
 async def stream(request: Request) -> Response:
     me = await agent(request)
     s = state(request)
