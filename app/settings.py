@@ -94,7 +94,7 @@ class Settings(BaseSettings):
     kdf_concurrency: int = 1
     kdf_queue: int = 64
     # Open SSE streams per agent per web process; past it 429 (0: no cap).
-    sse_max_streams_per_agent: int = 10
+    sse_max_streams_per_agent: int = 32
 
     @property
     def bus_kind(self) -> Literal["kafka", "nats", "redis"]:

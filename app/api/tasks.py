@@ -34,9 +34,11 @@ async def get_task(request: Request) -> Response:
 
 @doc("Tasks you take part in, newest first; filter by state and context_id", auth="agent",
      response=TaskPage, tag="tasks", params=[
-         query_param("state", "only tasks in this state", type_="string", enum=sorted(STATES)),
-         query_param("context_id", "only tasks of this context", type_="string",
-                     pattern=ID_PATTERN),
+         # Empty means "no filter" (DESIGN §4 spells the query `?state=&context_id=`).
+         query_param("state", "only tasks in this state (empty: any)", type_="string",
+                     enum=["", *sorted(STATES)]),
+         query_param("context_id", "only tasks of this context (empty: any)", type_="string",
+                     pattern=f"(^$)|({ID_PATTERN})"),
          query_param("cursor", "the next_cursor of the previous page", type_="string"),
          query_param("limit", "most tasks per page (default 50)", minimum=1, maximum=200)])
 async def list_tasks(request: Request) -> Response:
