@@ -103,8 +103,29 @@ async def handle_http(request: Request, exc: Exception) -> Response:
     return problem_response(Problem(exc.status_code, str(detail), headers=exc.headers))
 
 
+# nginx's "client closed request": the client hung up before we could answer. Its
+# own status label, so a client that leaves mid-body is not counted as our 5xx.
+CLIENT_CLOSED_REQUEST = 499
+
+
+async def handle_disconnect(request: Request, exc: Exception) -> Response:
+    """The client disconnected while its body was read: nothing was applied and
+    nobody is left to answer. Debug, not an error: anyone can do it, at will."""
+    log.debug("client disconnected before its request body was read: %s %s",
+              request.method, request.url.path)
+    return Response(status_code=CLIENT_CLOSED_REQUEST)
+
+
 async def handle_unexpected(request: Request, exc: Exception) -> Response:
     log.exception("unhandled error on %s %s", request.method, request.url.path)
+    return problem_response(Problem(500, "internal error; the request was not applied "
+                                         "and may be retried"))
+
+
+async def unexpected_response(request: Request, exc: Exception) -> Response:
+    """As :func:`handle_unexpected`, for handlers that take a class of errors and
+    find one is not theirs (logged with its traceback, as there)."""
+    log.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
     return problem_response(Problem(500, "internal error; the request was not applied "
                                          "and may be retried"))
 
@@ -121,5 +142,9 @@ def parse_json_body(raw: bytes) -> Any:
         return json.loads(raw, parse_constant=_no_constants)
     except RecursionError:
         raise bad_request("request body is nested too deeply to parse") from None
-    except (UnicodeDecodeError, ValueError) as exc:  # JSONDecodeError is a ValueError
+    except UnicodeDecodeError as exc:
+        # Not the codec's own words: they name interpreter internals.
+        raise bad_request(f"request body is not valid UTF-8 (invalid byte at offset "
+                          f"{exc.start}); send JSON in UTF-8") from None
+    except ValueError as exc:  # JSONDecodeError is a ValueError
         raise bad_request(f"request body is not valid JSON: {exc}") from exc

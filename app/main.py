@@ -13,7 +13,7 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.middleware.body_limit import RequestBodyLimitMiddleware
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
 from starlette.routing import BaseRoute, Route
 
@@ -21,15 +21,26 @@ from app import db, health, openapi
 from app.a2a import routes as a2a_routes
 from app.api import admin, auth, inbox, mesh, owners, sse, tasks, teams, timeline
 from app.api.deps import State, state
+from app.auth_throttle import AuthThrottle
 from app.console.routes import console_routes
-from app.errors import Problem, handle_http, handle_problem, handle_unexpected, handle_validation
+from app.errors import (
+    Problem,
+    handle_disconnect,
+    handle_http,
+    handle_problem,
+    handle_unexpected,
+    handle_validation,
+)
 from app.health import close_bus_probes
 from app.inbox_hub import InboxHub
-from app.middleware import ProblemBodyLimit, RequestMetrics
+from app.middleware import EncodedSlashGuard, ProblemBodyLimit, RequestMetrics
 from app.observability import init_sentry, setup_logging
 from app.ratelimit import RateLimiter
 from app.relay_wakeup import RelayWakeup
+from app.services.kdf import Kdf
 from app.settings import Settings, load_settings
+from app.stream_slots import StreamSlots
+from app.unavailable import UNAVAILABLE, handle_unavailable
 
 log = logging.getLogger("mesh.app")
 
@@ -72,7 +83,10 @@ def create_app(settings: Settings | None = None) -> Starlette:
         wakeup = RelayWakeup(pool)
         await wakeup.start()
         app.state.mesh = State(settings=settings, pool=pool, redis=redis, hub=hub,
-                               ratelimiter=limiter, wakeup=wakeup)
+                               ratelimiter=limiter, wakeup=wakeup,
+                               auth_throttle=AuthThrottle(redis, settings),
+                               kdf=Kdf.from_settings(settings),
+                               sse_slots=StreamSlots(settings.sse_max_streams_per_agent))
         try:
             yield
         finally:
@@ -105,6 +119,7 @@ def create_app(settings: Settings | None = None) -> Starlette:
         routes=routes,
         middleware=[
             Middleware(RequestMetrics),
+            Middleware(EncodedSlashGuard),
             Middleware(ProblemBodyLimit, max_body_size=settings.max_body_bytes),
             Middleware(RequestBodyLimitMiddleware, max_body_size=settings.max_body_bytes),
         ],
@@ -113,6 +128,8 @@ def create_app(settings: Settings | None = None) -> Starlette:
             ValidationError: handle_validation,
             HTTPException: handle_http,
             Exception: handle_unexpected,
+            ClientDisconnect: handle_disconnect,
+            **{cls: handle_unavailable for cls in UNAVAILABLE},
         },
         lifespan=lifespan,
     )

@@ -89,3 +89,12 @@ BROADCASTS_SETTLED = Counter(
     "Broadcasts settled, by outcome (met, unmet, timeout); counted after the commit.",
     ["outcome"],
 )
+AUTH_THROTTLED = Counter(
+    "agent_mesh_auth_throttled",
+    "Register/login/API-key exchanges refused with 429, by bucket (app.auth_throttle).",
+    ["bucket"],
+)
+OUTBOX_OLDEST_AGE = Gauge(
+    "agent_mesh_outbox_oldest_pending_age_seconds",
+    "Age of the oldest pending outbox row (0 when none), set by cron.",
+)

@@ -74,3 +74,26 @@ class ProblemBodyLimit:
             await send(message)
 
         await self.app(scope, receive, send_wrapper)
+
+
+class EncodedSlashGuard:
+    """The server decodes ``%2F`` before routing, so ``/v1/agents/a%2Fkeys`` would
+    reach the route of ``/v1/agents/a/keys``. No id may hold a ``/``, so such a
+    path is a 404 here, before routing."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        raw = scope.get("raw_path") if scope["type"] == "http" else None
+        if raw and b"%2f" in raw.split(b"?", 1)[0].lower():
+            body = json.dumps({
+                "type": "about:blank", "title": "Not Found", "status": 404,
+                "detail": "no route for this path: an encoded '/' (%2F) is not allowed in a "
+                          "path segment, and no id contains one"}).encode()
+            await send({"type": "http.response.start", "status": 404, "headers": [
+                (b"content-type", PROBLEM_JSON.encode()),
+                (b"content-length", str(len(body)).encode())]})
+            await send({"type": "http.response.body", "body": body})
+            return
+        await self.app(scope, receive, send)

@@ -13,6 +13,7 @@ from pydantic.json_schema import JsonSchemaMode
 from starlette.routing import BaseRoute, Route
 
 from app.errors import PROBLEM_JSON
+from app.ids import ID_PATTERN
 
 _PARAM = re.compile(r"{(\w+)}")
 
@@ -37,8 +38,7 @@ def build(routes: list[BaseRoute], *, title: str, version: str) -> dict[str, Any
                                           "content": {PROBLEM_JSON: {"schema": {"$ref":
                                                       "#/components/schemas/Problem"}}}}},
             }
-            params = [{"name": n, "in": "path", "required": True, "schema": {"type": "string"}}
-                      for n in _PARAM.findall(route.path)]
+            params = [_path_param(n) for n in _PARAM.findall(route.path)] + meta.get("params", [])
             if params:
                 op["parameters"] = params
             if meta["auth"]:
@@ -63,6 +63,18 @@ def build(routes: list[BaseRoute], *, title: str, version: str) -> dict[str, Any
         "components": {"schemas": schemas, "securitySchemes": {
             "bearer": {"type": "http", "scheme": "bearer", "bearerFormat": "JWT"}}},
     }
+
+
+# Every path id is a mesh id (DESIGN §3; agent ids match it too), except the
+# outbox row id, a bigint.
+_PATH_SCHEMAS: dict[str, dict[str, Any]] = {
+    "row_id": {"type": "integer", "minimum": 1, "maximum": 2**63 - 1},
+}
+
+
+def _path_param(name: str) -> dict[str, Any]:
+    schema = _PATH_SCHEMAS.get(name, {"type": "string", "pattern": ID_PATTERN})
+    return {"name": name, "in": "path", "required": True, "schema": schema}
 
 
 def _component(model: type[BaseModel], schemas: dict[str, Any],

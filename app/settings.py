@@ -96,6 +96,17 @@ class Settings(BaseSettings):
     # Where deleted rows are archived first (gzip JSON lines); unset: not archived.
     retention_archive_dir: str | None = None
 
+    # --- hardening (issue 15) -----------------------------------------------
+    # Register/login/API-key exchange buckets per client address and account
+    # (app.auth_throttle); overrides by name: {"login": [rate_per_s, burst], ...}.
+    auth_throttle_enabled: bool = True
+    auth_limits: dict[str, tuple[float, int]] = Field(default_factory=dict)
+    # argon2 hashes at once per web process, and how many may wait for one.
+    kdf_concurrency: int = 1
+    kdf_queue: int = 64
+    # Open SSE streams per agent per web process; past it 429 (0: no cap).
+    sse_max_streams_per_agent: int = 32
+
     @property
     def bus_kind(self) -> Literal["kafka", "nats", "redis"]:
         if self.bus == "auto":

@@ -33,7 +33,13 @@ import redis.asyncio as aioredis
 import sentry_sdk
 
 from app.domain.task_states import OPEN
-from app.metrics import CONSUMER_LAG, DEAD_LETTERS, OUTBOX_PENDING, TASK_TIMEOUTS
+from app.metrics import (
+    CONSUMER_LAG,
+    DEAD_LETTERS,
+    OUTBOX_OLDEST_AGE,
+    OUTBOX_PENDING,
+    TASK_TIMEOUTS,
+)
 from app.services import broadcasts as broadcasts_service
 from app.services import tasks as tasks_service
 from app.settings import Settings
@@ -212,6 +218,9 @@ async def update_gauges(pool: asyncpg.Pool, *, top_n: int = LAG_TOP_N) -> dict[s
     _lag_labels.update(current)
     OUTBOX_PENDING.set(pending)
     DEAD_LETTERS.set(failed)
+    oldest = await outbox_store.oldest_pending_at(pool) if pending else None
+    OUTBOX_OLDEST_AGE.set(0.0 if oldest is None
+                          else max(0.0, (datetime.now(oldest.tzinfo) - oldest).total_seconds()))
     return {"lagging": len(current), "max_lag": max(current.values(), default=0),
             "pending": pending, "failed": failed}
 

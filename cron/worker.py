@@ -32,6 +32,10 @@ async def startup(ctx: dict[str, Any]) -> None:
     # arq's CLI gave its logger a handler of its own; one line per event is enough,
     # through the root handler (which also redacts).
     logging.getLogger("arq").handlers.clear()
+    # arq logs every job run at INFO ("→ cron:gauges()" every few seconds); the
+    # jobs log themselves when they did something, so arq's lines are DEBUG-only.
+    if logging.getLevelName(settings.log_level.upper()) != logging.DEBUG:
+        logging.getLogger("arq.worker").setLevel(logging.WARNING)
     ctx.update(settings=settings, pool=await db.create_pool(settings, min_size=1, max_size=4))
     log.info("cron started: heartbeat ttl %d s, task timeout %d s, outbox retention %d day(s)",
              settings.heartbeat_ttl_seconds, settings.task_timeout_seconds,

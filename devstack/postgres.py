@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import pwd
+import signal
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
@@ -80,6 +81,16 @@ class Postgres(ServiceProcess):
 
     def popen_kwargs(self) -> dict[str, object]:
         return {"user": self.user} if self.user else {}
+
+    def stop_fast(self, timeout: float = 30.0) -> None:
+        """Postgres's *fast* shutdown (SIGINT): open sessions are ended at once.
+        SIGTERM (``stop``) is its *smart* shutdown, which waits for every client
+        — pools never leave — until the SIGKILL fallback. For fault tests."""
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        os.kill(self.proc.pid, signal.SIGINT)
+        self.proc.wait(timeout)
+        self.proc = None
 
     def ready(self) -> bool:
         result = subprocess.run(

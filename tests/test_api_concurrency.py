@@ -193,7 +193,7 @@ async def test_create_retry_with_explicit_task_id(mesh, db):
     assert await outbox_rows(db, b.agent_id, tid) == 1
 
 
-async def test_message_id_of_another_sender_is_409_not_a_replay(mesh, db):
+async def test_message_id_of_another_sender_is_its_own_not_a_replay(mesh, db):
     """A retry is only a retry from the same sender: another agent presenting the
     same message_id and content must not be handed the stored record."""
     a, b = await mesh.pair()
@@ -201,10 +201,12 @@ async def test_message_id_of_another_sender_is_409_not_a_replay(mesh, db):
     await mesh.befriend(c, b)
     mid = f"m-mine-{uuid.uuid4().hex}"
     body = {"to_agent_id": b.agent_id, "message": text_message("same", message_id=mid)}
-    ok(await a.post("/v1/mesh/tasks", body), 201)
-    resp = await c.post("/v1/mesh/tasks", body)
-    problem(resp, 409, mid)
-    assert a.agent_id not in resp.text
+    mine = ok(await a.post("/v1/mesh/tasks", body), 201)
+    # Message ids are scoped to their sender (ADR 019): c's message is its own,
+    # a new task, and nothing about a's is revealed or handed over.
+    theirs = ok(await c.post("/v1/mesh/tasks", body), 201)
+    assert theirs["task_id"] != mine["task_id"] and a.agent_id not in str(theirs)
+    assert ok(await c.post("/v1/mesh/tasks", body), 200) == theirs
 
 
 async def test_concurrent_identical_creates_make_one_task(mesh, db):
@@ -241,8 +243,9 @@ async def test_message_retry_is_200_without_new_rows(mesh, db):
 
     problem(await b.post(f"/v1/mesh/tasks/{tid}/messages", text_message("edited", message_id=mid)),
             409, mid)
-    # The other participant reusing the id is a conflict too, not a replay.
-    problem(await a.post(f"/v1/mesh/tasks/{tid}/messages", body), 409, mid)
+    # The other participant's ids are its own (ADR 019): the same id is a new message
+    # of a's, not a replay of b's.
+    assert ok(await a.post(f"/v1/mesh/tasks/{tid}/messages", body), 201)["sender"] == a.agent_id
     # A retry stays a retry after the task finished (the record exists already).
     ok(await move(b, tid, "working"))
     ok(await move(b, tid, "completed"))

@@ -6,7 +6,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from app.api.deps import admin, doc, int_query, json, state
+from app.api.deps import BIGINT_MAX, admin, doc, int_query, json, query_param, state
 from app.errors import Problem
 from app.responses import DeadLetters, OutboxOverview, RetriedAll, RetriedOne
 from app.services import admin as admin_service
@@ -20,7 +20,9 @@ async def outbox(request: Request) -> Response:
 
 
 @doc("Dead letters (failed outbox rows) with their errors, oldest first; page with "
-     "?after_id=<next_after_id>&limit=", response=DeadLetters, auth="admin", tag="admin")
+     "?after_id=<next_after_id>&limit=", response=DeadLetters, auth="admin", tag="admin",
+     params=[query_param("after_id", "rows with id > after_id (default 0)"),
+             query_param("limit", "most rows (default 100)", minimum=1, maximum=1000)])
 async def dead_letters(request: Request) -> Response:
     await admin(request)
     after_id = int_query(request, "after_id", default=0, minimum=0)
@@ -39,6 +41,8 @@ async def retry_one(request: Request) -> Response:
         row_id = int(raw)
     except ValueError:
         raise Problem(422, f"an outbox row id is an integer, got '{raw}'") from None
+    if not 1 <= row_id <= BIGINT_MAX:
+        raise Problem(422, f"an outbox row id is between 1 and {BIGINT_MAX}, got '{raw}'")
     s = state(request)
     return json(await admin_service.retry_one(s.pool, row_id, wakeup=s.wakeup))
 

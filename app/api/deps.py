@@ -42,6 +42,11 @@ class State:
     # The coalescing RelayWakeup of this web process, handed to every write's unit
     # of work (app.writes); None makes each write NOTIFY the relay itself.
     wakeup: Wakeup | None = None
+    # app.auth_throttle.AuthThrottle and app.services.kdf.Kdf (issue 15).
+    auth_throttle: Any = None
+    kdf: Any = None
+    # app.stream_slots.StreamSlots: open SSE streams per agent in this process.
+    sse_slots: Any = None
 
 
 def state(request: Request) -> State:
@@ -102,7 +107,21 @@ def check_path_params(request: Request) -> None:
             raise Problem(422, f"path parameter '{name}' {why}")
 
 
+def check_json_content_type(request: Request) -> None:
+    """415 for a body declared as something else than JSON (a form post, text);
+    a request without a Content-Type is read as JSON, as curl -d sends it."""
+    declared = request.headers.get("content-type")
+    if declared is None:
+        return
+    media = declared.split(";", 1)[0].strip().lower()
+    if media != "application/json" and not (media.startswith("application/")
+                                           and media.endswith("+json")):
+        raise Problem(415, f"Content-Type must be application/json, got '{declared[:100]}'; "
+                           "send the body as JSON with 'Content-Type: application/json'")
+
+
 async def body(request: Request, model: type[M]) -> M:
+    check_json_content_type(request)
     data = parse_json_body(await request.body())
     if not isinstance(data, dict):
         raise bad_request("request body must be a JSON object")
@@ -212,16 +231,39 @@ def float_query(request: Request, name: str, *, default: float, minimum: float,
 def doc(summary: str, *, body: type[BaseModel] | None = None,
         response: type[BaseModel] | None = None, media: str | None = None,
         auth: str | None = None, status: int = 200, replay_status: int | None = None,
-        tag: str = "mesh") -> Callable[[Any], Any]:
+        tag: str = "mesh", params: list[dict[str, Any]] | None = None) -> Callable[[Any], Any]:
     """Attach OpenAPI facts to a handler; app.openapi collects them.
 
     ``response`` is the JSON body of a success (an app.responses model); ``media``
     names a success body that is not JSON (SSE); neither, with ``status=204``,
     means no body. ``replay_status`` documents the answer to an idempotent retry
-    (200 for a create that was already done), with the same body."""
+    (200 for a create that was already done), with the same body. ``params`` are
+    the query parameters and headers the handler reads (:func:`query_param`,
+    :func:`header_param`), as OpenAPI parameter objects."""
     def mark(fn: Any) -> Any:
         fn.__mesh_doc__ = {"summary": summary, "body": body, "response": response,
                            "media": media, "auth": auth, "status": status,
-                           "replay_status": replay_status, "tag": tag}
+                           "replay_status": replay_status, "tag": tag,
+                           "params": params or []}
         return fn
     return mark
+
+
+def query_param(name: str, description: str, *, type_: str = "integer",
+                minimum: float | None = 0, maximum: float | None = None,
+                **schema: Any) -> dict[str, Any]:
+    """An OpenAPI query parameter, with the bounds the handler enforces."""
+    body: dict[str, Any] = {"type": type_, **schema}
+    if type_ in ("integer", "number"):
+        if minimum is not None:
+            body["minimum"] = minimum
+        body["maximum"] = BIGINT_MAX if maximum is None and type_ == "integer" else maximum
+        if body["maximum"] is None:
+            del body["maximum"]
+    return {"name": name, "in": "query", "required": False, "description": description,
+            "schema": body}
+
+
+def header_param(name: str, description: str, **schema: Any) -> dict[str, Any]:
+    return {"name": name, "in": "header", "required": False, "description": description,
+            "schema": {"type": "string", **schema}}

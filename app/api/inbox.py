@@ -6,14 +6,18 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from app.api.deps import agent, body, doc, float_query, int_query, json, state
+from app.api.deps import agent, body, doc, float_query, int_query, json, query_param, state
 from app.responses import Acked, InboxPage
 from app.schemas import AckBody
 from app.services import inbox
 
 
 @doc("Inbox events after a seq (default: your acked cursor); waits up to `wait` seconds "
-     "for the next one", response=InboxPage, auth="agent", tag="inbox")
+     "for the next one", response=InboxPage, auth="agent", tag="inbox", params=[
+         query_param("after", "return events with seq > after (default: your acked cursor)"),
+         query_param("limit", "most events to return (default 100)", minimum=1, maximum=500),
+         query_param("wait", "seconds to wait for an event when there is none (long-poll)",
+                     type_="number", minimum=0, maximum=30)])
 async def read(request: Request) -> Response:
     me = await agent(request)
     s = state(request)

@@ -9,6 +9,8 @@ this module maps its items to frames.
 
 from __future__ import annotations
 
+import logging
+import weakref
 from collections.abc import AsyncIterator
 
 from sse_starlette.sse import EventSourceResponse
@@ -16,10 +18,14 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from app.api.deps import agent, doc, int_query, state
+from app.api.deps import BIGINT_MAX, agent, doc, header_param, int_query, query_param, state
 from app.errors import Problem
 from app.event_wire import WireEvent
 from app.services.inbox_stream import InboxStream, StreamItem
+from app.stream_slots import Lease
+from app.unavailable import UNAVAILABLE, is_unavailable
+
+log = logging.getLogger("mesh.sse")
 
 # Keep-alives come from the stream's own loop rather than a ping task of
 # sse-starlette's: one coroutine per idle stream, not two.
@@ -34,8 +40,10 @@ def _start_after(request: Request) -> int | None:
         except ValueError:
             raise Problem(422, f"Last-Event-ID must be an inbox seq (integer), got '{header}'") \
                 from None
-        if value < 0:
-            raise Problem(422, "Last-Event-ID must be >= 0")
+        if not 0 <= value <= BIGINT_MAX:
+            # Past BIGINT the driver fails mid-stream; refuse before the 200 goes out.
+            raise Problem(422, f"Last-Event-ID must be an inbox seq between 0 and {BIGINT_MAX}, "
+                               f"got '{header}'")
         return value
     return int_query(request, "after", default=None, minimum=0)
 
@@ -49,19 +57,37 @@ def frame(item: StreamItem) -> bytes:
     return KEEP_ALIVE_FRAME
 
 
-async def _frames(stream: InboxStream) -> AsyncIterator[bytes]:
-    async for item in stream.items():
-        yield frame(item)
+async def _frames(stream: InboxStream, lease: Lease | None) -> AsyncIterator[bytes]:
+    try:
+        async for item in stream.items():
+            yield frame(item)
+    except UNAVAILABLE as exc:
+        if not is_unavailable(exc):
+            raise
+        # Postgres went away under an open stream: end it; the client resumes
+        # with Last-Event-ID and meets a 503 + Retry-After until it is back.
+        log.info("inbox stream ended: the database is unavailable (%s)", exc)
+    finally:
+        if lease is not None:
+            lease.release()
 
 
 @doc("The inbox as Server-Sent Events (id = seq); resumes after Last-Event-ID, ?after=, "
-     "or the acked cursor", media="text/event-stream", auth="agent", tag="inbox")
+     "or the acked cursor", media="text/event-stream", auth="agent", tag="inbox", params=[
+         header_param("Last-Event-ID", "resume after this seq (an integer, 0 … 2^63-1); wins "
+                      "over ?after=", pattern=r"^[0-9]{1,19}$"),
+         query_param("after", "return events with seq > after (default: your acked cursor)")])
 async def stream(request: Request) -> Response:
     me = await agent(request)
     s = state(request)
     inbox_stream = await InboxStream.open(s.pool, s.redis, s.hub, s.settings, me,
                                           _start_after(request))
-    return EventSourceResponse(_frames(inbox_stream), ping=0,
+    lease = s.sse_slots.acquire(me.agent_id) if s.sse_slots is not None else None
+    frames = _frames(inbox_stream, lease)
+    if lease is not None:
+        # A response that never starts never runs the generator's finally.
+        weakref.finalize(frames, lease.release)
+    return EventSourceResponse(frames, ping=0,
                                headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
 

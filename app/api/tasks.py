@@ -6,10 +6,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from app.api.deps import agent, body, doc, int_query, json, state
+from app.api.deps import agent, body, doc, int_query, json, query_param, state
 from app.domain.task_states import STATES
 from app.errors import Problem
-from app.ids import is_valid_id
+from app.ids import ID_PATTERN, is_valid_id
 from app.responses import ArtifactOut, MessageOut, TaskDetail, TaskOut, TaskPage, TaskWithMessage
 from app.schemas import ArtifactIn, MessageIn, StatusChange, TaskCreate
 from app.services import tasks
@@ -33,7 +33,14 @@ async def get_task(request: Request) -> Response:
 
 
 @doc("Tasks you take part in, newest first; filter by state and context_id", auth="agent",
-     response=TaskPage, tag="tasks")
+     response=TaskPage, tag="tasks", params=[
+         # Empty means "no filter" (DESIGN §4 spells the query `?state=&context_id=`).
+         query_param("state", "only tasks in this state (empty: any)", type_="string",
+                     enum=["", *sorted(STATES)]),
+         query_param("context_id", "only tasks of this context (empty: any)", type_="string",
+                     pattern=f"(^$)|({ID_PATTERN})"),
+         query_param("cursor", "the next_cursor of the previous page", type_="string"),
+         query_param("limit", "most tasks per page (default 50)", minimum=1, maximum=200)])
 async def list_tasks(request: Request) -> Response:
     me = await agent(request)
     q = request.query_params

@@ -6,7 +6,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from app.api.deps import doc, int_query, json, owner, state
+from app.api.deps import doc, int_query, json, owner, query_param, state
 from app.errors import Problem
 from app.ids import is_valid_id
 from app.responses import Timeline
@@ -15,7 +15,9 @@ from app.services import timeline
 
 @doc("Message history of a context, oldest first, across tasks your agents take part in "
      "(?limit=, default 200); entries pages through tasks, messages, state changes and "
-     "artifacts (?cursor=next_cursor)", response=Timeline, auth="owner", tag="owners")
+     "artifacts (?cursor=next_cursor)", response=Timeline, auth="owner", tag="owners",
+     params=[query_param("limit", "most messages (default 200)", minimum=1, maximum=1000),
+             query_param("cursor", "next_cursor of the previous page (entries)", type_="string")])
 async def context_timeline(request: Request) -> Response:
     me = await owner(request)
     context_id = request.path_params["context_id"]

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-import asyncio
 import functools
 from collections.abc import Awaitable, Callable
 
 import asyncpg
 
 from app import ids, security
+from app.domain import registration
 from app.errors import Problem, conflict, forbidden, not_found, unauthorized
 from app.responses import AgentList, AgentOut, AgentToken, KeyInfo, NewKey, OwnerToken, Registered
 from app.schemas import AgentCreate, AgentPatch
+from app.services.kdf import Kdf
 from app.services.principals import Agent, Owner
 from app.settings import Settings
 from app.store import agents as agents_store
@@ -24,12 +25,13 @@ AuthChanged = Callable[[str], Awaitable[None]]
 
 
 async def register(pool: asyncpg.Pool, settings: Settings, username: str,
-                   password: str) -> Registered:
+                   password: str, *, kdf: Kdf | None = None) -> Registered:
     if not settings.registration_enabled:
         raise forbidden("registration is disabled on this mesh; ask its operator for an account")
+    registration.check(username, password, admin_usernames=settings.admin_usernames)
     # argon2 is deliberately slow (~0.5 s): off the event loop, or every stream
     # and request of this process would stall behind one login.
-    password_hash = await asyncio.to_thread(security.hash_password, password)
+    password_hash = await (kdf or Kdf()).hash_password(password)
     async with pool.acquire() as conn, conn.transaction():
         user = await users_store.create(conn, username, password_hash,
                                         username in settings.admin_usernames)
@@ -44,10 +46,10 @@ async def register(pool: asyncpg.Pool, settings: Settings, username: str,
 
 
 async def login(pool: asyncpg.Pool, settings: Settings, username: str,
-                password: str) -> OwnerToken:
+                password: str, *, kdf: Kdf | None = None) -> OwnerToken:
     user = await users_store.by_username(pool, username)
-    if not await asyncio.to_thread(security.verify_password,
-                                   user["password_hash"] if user else None, password):
+    if not await (kdf or Kdf()).verify_password(user["password_hash"] if user else None,
+                                               password):
         raise unauthorized("wrong username or password")
     assert user is not None
     token, ttl = security.issue_token(settings, "owner", str(user["user_id"]))

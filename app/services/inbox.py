@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import functools
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import asyncpg
 
-from app.errors import not_found
+from app.errors import not_found, unauthorized
 from app.event_wire import WireEvent, encode_page
 from app.inbox_hub import InboxHub
 from app.metrics import E2E_LATENCY, LONGPOLL_WAITING
+from app.services import accounts
 from app.services.principals import Agent
 from app.store import agents as agents_store
 from app.store import inbox as inbox_store
@@ -43,19 +46,26 @@ async def read(pool: asyncpg.Pool, hub: InboxHub, me: Agent, *, after: int | Non
         after = await start_cursor(pool, me.agent_id)
     events = await inbox_store.after(pool, me.agent_id, after, limit)
     if not events and wait > 0:
-        events = await _wait_for_events(pool, hub, me.agent_id, after, limit, wait)
+        events = await _wait_for_events(pool, hub, me.agent_id, after, limit, wait,
+                                        functools.partial(accounts.still_valid, pool, me))
     await record_delivery(pool, me.agent_id, events)
     return encode_page(events, events[-1].seq if events else after)
 
 
+REVOKED = ("the API key behind this token was revoked or its agent deleted while the "
+           "long-poll waited; get a new key from the agent's owner")
+
+
 async def _wait_for_events(pool: asyncpg.Pool, hub: InboxHub, agent_id: str, after: int,
-                           limit: int, wait: float) -> list[WireEvent]:
+                           limit: int, wait: float,
+                           still_valid: Callable[[], Awaitable[bool]]) -> list[WireEvent]:
     deadline = time.monotonic() + wait
     with LONGPOLL_WAITING.track_inprogress():
         async with hub.watch(agent_id) as waiter:
             # Re-check after registering: an event committed between the first read
             # and the registration would otherwise wait for the next one.
             events = await inbox_store.after(pool, agent_id, after, limit)
+            parked = not events
             while not events:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
@@ -63,7 +73,17 @@ async def _wait_for_events(pool: asyncpg.Pool, hub: InboxHub, agent_id: str, aft
                 # Also re-read every few seconds: a lost notification (Redis restart,
                 # push worker down) delays an answer, it never loses it.
                 await waiter.wait(min(remaining, 5.0))
+                if waiter.auth_changed:
+                    # A revocation notice: end now, as an SSE stream does.
+                    waiter.auth_changed = False
+                    if not await still_valid():
+                        raise unauthorized(REVOKED)
                 events = await inbox_store.after(pool, agent_id, after, limit)
+            # The credentials were checked when the request began, maybe 30 s ago; a
+            # revocation whose notice was lost (or raced the registration above) must
+            # not hand over what arrived since. One query, only after a park.
+            if parked and events and not await still_valid():
+                raise unauthorized(REVOKED)
     return events
 
 

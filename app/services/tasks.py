@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import base64
 import binascii
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import asyncpg
@@ -79,7 +79,7 @@ async def create_task(pool: asyncpg.Pool, settings: Settings, me: Agent, body: T
                 serving_agent=body.to_agent_id)
             if task is None:
                 raise await _replay_create(tx.conn, message_id, fingerprint, me.agent_id,
-                                           f"task_id '{task_id}' is already taken")
+                                           task_id_unavailable(task_id))
             message = await tasks_store.insert_message(
                 tx.conn, message_id=message_id, task_id=task_id, context_id=context_id,
                 sender=me.agent_id, recipient=body.to_agent_id, role="user", parts=parts,
@@ -97,10 +97,17 @@ async def create_task(pool: asyncpg.Pool, settings: Settings, me: Agent, body: T
         return replay.result, False  # type: ignore[return-value]
 
 
+def task_id_unavailable(task_id: str) -> str:
+    """One answer whoever holds the id (ADR 019): it names no owner, and it is the
+    same for a task of yours and one of another tenant's."""
+    return (f"task_id '{task_id}' is not available; omit task_id to get a server-chosen "
+            "one, or choose another")
+
+
 async def _replay_create(conn: asyncpg.Connection, message_id: str, fingerprint: str,
                          sender: str, taken: str | None = None) -> Exception:
     """A unique id collided: the same request again (→ Replay) or another one (→ 409)."""
-    existing = await tasks_store.get_message(conn, message_id)
+    existing = await tasks_store.get_message(conn, sender, message_id)
     if same_request(existing, fingerprint, by=sender):
         assert existing is not None
         task = await tasks_store.get(conn, existing["task_id"])
@@ -182,8 +189,12 @@ def decode_cursor(cursor: str) -> tuple[datetime, str]:
         stamp, task_id = raw.split("|", 1)
         if not ids.is_valid_id(task_id):
             raise ValueError("not a task id")
-        return datetime.fromisoformat(stamp), task_id
-    except (ValueError, binascii.Error) as exc:
+        when = datetime.fromisoformat(stamp)
+        # The driver converts to UTC: a time near year 1 or 9999 with an offset
+        # would overflow there (a 500), so the range is checked here.
+        when.astimezone(UTC)
+        return when, task_id
+    except (ValueError, OverflowError, binascii.Error) as exc:
         raise bad_request("invalid cursor; pass the next_cursor of a previous page") from exc
 
 
@@ -201,7 +212,7 @@ async def append_message(pool: asyncpg.Pool, settings: Settings, me: Agent, task
             # The row lock orders this message against concurrent transitions, so a
             # message never lands on a task that just became terminal.
             task = await _task_for(tx.conn, me.agent_id, task_id, for_update=True)
-            existing = await tasks_store.get_message(tx.conn, message_id)
+            existing = await tasks_store.get_message(tx.conn, me.agent_id, message_id)
             if existing is not None:
                 raise _replay_message(existing, fingerprint, me.agent_id)
             task_states.check_accepts_messages(task["state"])
@@ -230,7 +241,7 @@ async def _insert_message(tx: Writes, me: Agent, task: asyncpg.Record, message_i
         sender=me.agent_id, recipient=recipient, role=_role(me.agent_id, task), parts=parts,
         metadata=metadata, content_hash=fingerprint)
     if row is None:  # a concurrent request with the same message_id won the insert
-        existing = await tasks_store.get_message(tx.conn, message_id)
+        existing = await tasks_store.get_message(tx.conn, me.agent_id, message_id)
         assert existing is not None
         raise _replay_message(existing, fingerprint, me.agent_id)
     if emit:
@@ -266,7 +277,7 @@ async def change_status(pool: asyncpg.Pool, settings: Settings, me: Agent, task_
             message: dict[str, Any] | None = None
             if body.message is not None:
                 assert message_id is not None and fingerprint is not None
-                existing = await tasks_store.get_message(tx.conn, message_id)
+                existing = await tasks_store.get_message(tx.conn, me.agent_id, message_id)
                 if same_request(existing, fingerprint, by=me.agent_id):
                     # An earlier try of this change committed since the task was read.
                     raise await _lost_race(tx.conn, me, task, body.state, message_id,
@@ -326,7 +337,7 @@ async def _replay_status(conn: asyncpg.Connection, me: Agent, task: asyncpg.Reco
         return
     if message_id is not None:
         assert fingerprint is not None
-        stored = await tasks_store.get_message(conn, message_id)
+        stored = await tasks_store.get_message(conn, me.agent_id, message_id)
         if stored is not None and not same_request(stored, fingerprint, by=me.agent_id):
             raise message_id_reused(message_id)
         if stored is None or stored["task_id"] != task["task_id"]:

@@ -64,7 +64,7 @@ WITH req AS (
     -- The message this event carries learns its recipient's seq (for receipts)
     -- in the same statement.
     UPDATE task_messages m SET inbox_seq = i.seq FROM ins i
-    WHERE m.message_id = $9 AND m.recipient = i.agent_id
+    WHERE m.message_id = $9 AND m.recipient = i.agent_id AND m.sender = i.from_agent_id
     RETURNING 1
 )
 SELECT i.agent_id, i.seq, i.event_id, i.type, (SELECT count(*) FROM out) AS outboxed

@@ -62,13 +62,15 @@ async def insert_message(conn: Conn, *, message_id: str, task_id: str, context_i
     return await conn.fetchrow(
         f"INSERT INTO task_messages (message_id, task_id, context_id, sender, recipient, role, "
         f"parts, metadata, content_hash) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) "
-        f"ON CONFLICT (message_id) DO NOTHING RETURNING {MESSAGE_COLUMNS}",
+        f"ON CONFLICT (sender, message_id) DO NOTHING RETURNING {MESSAGE_COLUMNS}",
         message_id, task_id, context_id, sender, recipient, role, parts, metadata, content_hash)
 
 
-async def get_message(conn: Conn, message_id: str) -> asyncpg.Record | None:
+async def get_message(conn: Conn, sender: str, message_id: str) -> asyncpg.Record | None:
+    """Message ids are scoped to their sender (migration 008)."""
     return await conn.fetchrow(
-        f"SELECT {MESSAGE_COLUMNS} FROM task_messages WHERE message_id = $1", message_id)
+        f"SELECT {MESSAGE_COLUMNS} FROM task_messages WHERE sender = $1 AND message_id = $2",
+        sender, message_id)
 
 
 async def messages(conn: Conn, task_id: str) -> list[asyncpg.Record]:

@@ -101,6 +101,7 @@ resource "aws_security_group" "alb" {
 }
 
 resource "aws_vpc_security_group_ingress_rule" "alb_http" {
+  description       = "HTTP from anywhere, redirected to HTTPS when a certificate is set"
   security_group_id = aws_security_group.alb.id
   cidr_ipv4         = "0.0.0.0/0"
   ip_protocol       = "tcp"
@@ -110,6 +111,7 @@ resource "aws_vpc_security_group_ingress_rule" "alb_http" {
 
 resource "aws_vpc_security_group_ingress_rule" "alb_https" {
   count             = var.certificate_arn == "" ? 0 : 1
+  description       = "HTTPS from anywhere"
   security_group_id = aws_security_group.alb.id
   cidr_ipv4         = "0.0.0.0/0"
   ip_protocol       = "tcp"
@@ -118,6 +120,7 @@ resource "aws_vpc_security_group_ingress_rule" "alb_https" {
 }
 
 resource "aws_vpc_security_group_egress_rule" "alb_to_app" {
+  description                  = "ALB to the web processes"
   security_group_id            = aws_security_group.alb.id
   referenced_security_group_id = aws_security_group.app.id
   ip_protocol                  = "tcp"
@@ -136,6 +139,7 @@ resource "aws_security_group" "app" {
 }
 
 resource "aws_vpc_security_group_ingress_rule" "app_from_alb" {
+  description                  = "web processes from the ALB"
   security_group_id            = aws_security_group.app.id
   referenced_security_group_id = aws_security_group.alb.id
   ip_protocol                  = "tcp"
@@ -144,6 +148,7 @@ resource "aws_vpc_security_group_ingress_rule" "app_from_alb" {
 }
 
 resource "aws_vpc_security_group_egress_rule" "app_all" {
+  description       = "app to its data stores, AWS APIs and Sentry"
   security_group_id = aws_security_group.app.id
   cidr_ipv4         = "0.0.0.0/0"
   ip_protocol       = "-1"
@@ -171,6 +176,7 @@ resource "aws_security_group" "data" {
 
 resource "aws_vpc_security_group_ingress_rule" "data_from_app" {
   for_each                     = local.data_ports
+  description                  = "${each.key} from the app only"
   security_group_id            = aws_security_group.data[each.key].id
   referenced_security_group_id = aws_security_group.app.id
   ip_protocol                  = "tcp"

@@ -1,0 +1,52 @@
+"""A cap on concurrent SSE streams per agent in one web process (issue 15 item 6).
+
+An agent needs one stream (two during a reconnect); a runaway client opening
+hundreds would hold that many coroutines and Redis reads. Past the cap a new
+stream is a 429 before it starts. Per process, like the hub: with N web
+processes behind a balancer an agent may hold up to N times the cap.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+from app.errors import Problem
+
+
+class Lease:
+    """One open stream's slot; releasing twice is harmless (finally + finalizer)."""
+
+    __slots__ = ("_agent_id", "_slots", "released")
+
+    def __init__(self, slots: StreamSlots, agent_id: str) -> None:
+        self._slots = slots
+        self._agent_id = agent_id
+        self.released = False
+
+    def release(self) -> None:
+        if not self.released:
+            self.released = True
+            self._slots._release(self._agent_id)
+
+
+class StreamSlots:
+    def __init__(self, per_agent: int) -> None:
+        self.per_agent = per_agent if per_agent > 0 else math.inf
+        self._open: Counter[str] = Counter()
+
+    def acquire(self, agent_id: str) -> Lease:
+        if self._open[agent_id] >= self.per_agent:
+            raise Problem(429, f"'{agent_id}' already has {self._open[agent_id]} open inbox "
+                               f"streams on this server (the limit); close one, or use one "
+                               "stream per agent", headers={"Retry-After": "5"})
+        self._open[agent_id] += 1
+        return Lease(self, agent_id)
+
+    def open_streams(self, agent_id: str) -> int:
+        return self._open[agent_id]
+
+    def _release(self, agent_id: str) -> None:
+        self._open[agent_id] -= 1
+        if self._open[agent_id] <= 0:
+            del self._open[agent_id]
