@@ -40,14 +40,18 @@ log = logging.getLogger(__name__)
 
 KEY_PREFIX = "mesh:auth:"
 
-# (rate per second, burst). Generous for people and for meshd's token refresh
-# (one exchange per agent per token TTL), far below a guessing loop.
+# (rate per second, burst). Failures are what a guesser produces, so their buckets
+# are tight. Successful traffic from one address is often many legitimate clients
+# (a NAT, a CI runner or test suite creating owners and agents, meshd's token
+# refresh), so the per-address buckets only cap a flood: every attempt still costs
+# a bounded argon2 hash (app.services.kdf), which is what protects other agents'
+# latency. Deployments without open sign-up turn registration off instead.
 DEFAULT_LIMITS: dict[str, tuple[float, int]] = {
-    "register": (1 / 60, 10),
-    "login": (0.5, 20),
+    "register": (1.0, 30),
+    "login": (5.0, 50),
     "login_failures": (1 / 60, 5),
     "login_failures_account": (1 / 10, 30),
-    "token": (5.0, 100),
+    "token": (10.0, 200),
     "token_failures": (0.2, 20),
 }
 
