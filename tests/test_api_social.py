@@ -255,3 +255,29 @@ async def test_group_validation(mesh):
     a = await owner.agent("a")
     problem(await owner.post(f"/v1/groups/{gid}/members", {"agent_id": a.agent_id,
                                                            "role": "boss"}), 422, "role")
+
+
+async def test_the_human_reaches_whoever_its_own_agents_may_reach(mesh):
+    """human@owner may start work with a friend (or group peer) of one of its owner's
+    agents — the person speaks for their agents — but not with a stranger."""
+    alice, bob, carol = await mesh.owner(), await mesh.owner(), await mesh.owner()
+    coder, reviewer = await alice.agent("coder"), await bob.agent("reviewer")
+    stranger = await carol.agent("stranger")
+    await mesh.befriend(coder, reviewer)
+
+    def task_to(agent_id: str) -> dict:
+        return {"to_agent_id": agent_id, "message": text_message("from a person")}
+
+    created = ok(await alice.post("/v1/mesh/tasks", task_to(reviewer.agent_id)), 201)
+    assert created["initiator"] == alice.human
+    # The answer comes back to the person on that task, and the reviewer may also
+    # start work with the person it already works for through coder.
+    assert (await reviewer.inbox())["events"][-1]["task_id"] == created["task_id"]
+    ok(await reviewer.post("/v1/mesh/tasks", task_to(alice.human)), 201)
+
+    problem(await alice.post("/v1/mesh/tasks", task_to(stranger.agent_id)), 403)
+    problem(await stranger.post("/v1/mesh/tasks", task_to(alice.human)), 403)
+    # carol's person does not inherit alice's agents' friendships; bob's reaches
+    # coder through its own reviewer.
+    problem(await carol.post("/v1/mesh/tasks", task_to(reviewer.agent_id)), 403)
+    ok(await bob.post("/v1/mesh/tasks", task_to(coder.agent_id)), 201)

@@ -328,7 +328,9 @@ async def test_two_cron_processes_start_coexist_and_act_once(
     iso = await isolated_settings(migrated, heartbeat_ttl_seconds=1, task_timeout_seconds=1,
                                   sentry_dsn=dsn, sentry_environment="test")
     pool = await db.create_pool(iso, min_size=1, max_size=4)
-    procs = [MeshProcess("cron", iso), MeshProcess("cron", iso)]
+    # DEBUG: the test counts arq's per-job lines, which cron logs only at DEBUG.
+    procs = [MeshProcess("cron", iso, log_level="DEBUG"),
+             MeshProcess("cron", iso, log_level="DEBUG")]
     try:
         async with serve_app(iso.model_copy(update={"sentry_dsn": None})) as url, \
                 MeshFactory.connect(url) as mesh:

@@ -222,14 +222,16 @@ async def test_two_real_cron_processes_and_a_restart_settle_once(
     await wait_until(lambda: pool.fetchval(
         "SELECT deadline < now() FROM broadcasts WHERE broadcast_id = $1", out["broadcast_id"]),
         "the broadcast's deadline to pass", 30)
-    procs = [MeshProcess("cron", iso), MeshProcess("cron", iso)]
+    # DEBUG: the test waits for arq's per-job lines, which cron logs only at DEBUG.
+    procs = [MeshProcess("cron", iso, log_level="DEBUG"),
+             MeshProcess("cron", iso, log_level="DEBUG")]
     try:
         await asyncio.gather(*(p.start() for p in procs))
         await wait_until(lambda: pool.fetchval(
             "SELECT outcome FROM broadcasts WHERE broadcast_id = $1", out["broadcast_id"]),
             "cron to settle the broadcast", 60)
         assert await procs[0].terminate(timeout=30) == 0
-        procs[0] = MeshProcess("cron", iso)
+        procs[0] = MeshProcess("cron", iso, log_level="DEBUG")
         await procs[0].start()
         await wait_until(lambda: "← cron:broadcast_timeout" in procs[0].tail(200_000),
                          "the restarted process's start-up run", 60)

@@ -1,7 +1,8 @@
 """Who may talk to whom, and who may see what (DESIGN §2.4).
 
 ``can_communicate`` is the one rule: friends, or members of a shared group, or
-an owner's virtual-user agent with that owner's own agents.
+an owner's virtual-user agent with that owner's own agents — and with any agent
+one of those own agents may talk to (the human speaks for its agents).
 """
 
 from __future__ import annotations
@@ -16,6 +17,9 @@ class Relationship:
     shares_group: bool
     same_owner: bool
     either_virtual_user: bool
+    # One side is an owner's virtual user, and one of that owner's own agents is a
+    # friend of (or shares a group with) the other side.
+    owner_agent_may: bool = False
     both_exist: bool = True
 
 
@@ -29,11 +33,19 @@ def implicitly_friends(*, same_owner: bool, either_virtual_user: bool) -> bool:
     return same_owner and either_virtual_user
 
 
+def speaks_for_own_agents(rel: Relationship) -> bool:
+    """A person in the loop (their virtual-user agent) may reach whoever their own
+    agents may reach: it can start, answer and cancel work there without a
+    friendship of its own."""
+    return rel.owner_agent_may
+
+
 def can_communicate(rel: Relationship) -> bool:
     if rel.friends or rel.shares_group:
         return True
     return implicitly_friends(same_owner=rel.same_owner,
-                              either_virtual_user=rel.either_virtual_user)
+                              either_virtual_user=rel.either_virtual_user) \
+        or speaks_for_own_agents(rel)
 
 
 def is_participant(agent_id: str, initiator: str, serving_agent: str) -> bool:

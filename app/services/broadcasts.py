@@ -55,7 +55,7 @@ async def _audience(conn: asyncpg.Connection, me: Agent, body: BroadcastCreate) 
     assert body.to_agent_ids is not None
     if me.agent_id in body.to_agent_ids:
         raise bad_request("an agent cannot broadcast to itself; remove it from to_agent_ids")
-    rels = await teams_store.relationships(conn, me.agent_id, body.to_agent_ids)
+    rels = await social_store.relationships(conn, me.agent_id, body.to_agent_ids)
     missing = [a for a in body.to_agent_ids if not rels[a].both_exist]
     if missing:
         raise Problem(404, f"unknown agent(s): {', '.join(missing)}; nothing was sent",

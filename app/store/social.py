@@ -14,23 +14,48 @@ def pair(a: str, b: str) -> tuple[str, str]:
 
 
 async def relationship(conn: Conn, a: str, b: str) -> Relationship:
-    x, y = pair(a, b)
-    row = await conn.fetchrow(
+    return (await relationships(conn, a, [b]))[b]
+
+
+async def relationships(conn: Conn, sender: str,
+                        recipients: list[str]) -> dict[str, Relationship]:
+    """The facts ``can_communicate`` decides on, for one sender and many recipients
+    in one query (a task's one recipient, a broadcast's many)."""
+    rows = await conn.fetch(
         """
-        SELECT
-          EXISTS (SELECT 1 FROM friendships WHERE agent_a = $1 AND agent_b = $2
-                  AND status = 'accepted') AS friends,
+        SELECT r.agent_id,
+          EXISTS (SELECT 1 FROM friendships f WHERE f.status = 'accepted' AND
+                  ((f.agent_a = $1 AND f.agent_b = r.agent_id) OR
+                   (f.agent_a = r.agent_id AND f.agent_b = $1))) AS friends,
           EXISTS (SELECT 1 FROM group_members m1 JOIN group_members m2 USING (group_id)
-                  WHERE m1.agent_id = $1 AND m2.agent_id = $2) AS shares_group,
-          (SELECT count(DISTINCT owner_id) = 1 FROM agents WHERE agent_id IN ($1, $2)) AS same_owner,
-          EXISTS (SELECT 1 FROM agents WHERE agent_id IN ($1, $2) AND kind = 'virtual-user')
-            AS either_virtual_user,
-          (SELECT count(*) FROM agents WHERE agent_id IN ($1, $2)) = 2 AS both_exist
-        """, x, y)
-    assert row is not None
-    return Relationship(friends=row["friends"], shares_group=row["shares_group"],
-                        same_owner=row["same_owner"], either_virtual_user=row["either_virtual_user"],
-                        both_exist=row["both_exist"])
+                  WHERE m1.agent_id = $1 AND m2.agent_id = r.agent_id) AS shares_group,
+          coalesce((SELECT a.owner_id = s.owner_id FROM agents a, agents s
+                    WHERE a.agent_id = r.agent_id AND s.agent_id = $1), false) AS same_owner,
+          EXISTS (SELECT 1 FROM agents WHERE agent_id IN ($1, r.agent_id)
+                  AND kind = 'virtual-user') AS either_virtual_user,
+          -- One side is an owner's virtual user and one of that owner's own agents
+          -- may talk to the other side (permissions.speaks_for_own_agents).
+          EXISTS (SELECT 1 FROM agents h
+                  JOIN agents mine ON mine.owner_id = h.owner_id AND mine.kind = 'normal'
+                  CROSS JOIN LATERAL (SELECT CASE WHEN h.agent_id = $1 THEN r.agent_id
+                                                  ELSE $1 END AS other) o
+                  WHERE h.agent_id IN ($1, r.agent_id) AND h.kind = 'virtual-user'
+                    AND mine.agent_id <> o.other
+                    AND (EXISTS (SELECT 1 FROM friendships f WHERE f.status = 'accepted'
+                                 AND ((f.agent_a = mine.agent_id AND f.agent_b = o.other)
+                                      OR (f.agent_a = o.other AND f.agent_b = mine.agent_id)))
+                         OR EXISTS (SELECT 1 FROM group_members g1
+                                    JOIN group_members g2 USING (group_id)
+                                    WHERE g1.agent_id = mine.agent_id
+                                      AND g2.agent_id = o.other))) AS owner_agent_may,
+          EXISTS (SELECT 1 FROM agents WHERE agent_id = r.agent_id) AS both_exist
+        FROM unnest($2::text[]) AS r(agent_id)
+        """, sender, recipients)
+    return {r["agent_id"]: Relationship(
+        friends=r["friends"], shares_group=r["shares_group"], same_owner=r["same_owner"],
+        either_virtual_user=r["either_virtual_user"], owner_agent_may=r["owner_agent_may"],
+        both_exist=r["both_exist"])
+        for r in rows}
 
 
 # --- friendships -------------------------------------------------------------

@@ -111,3 +111,12 @@ def test_timestamps_are_the_utc_instant_with_microseconds() -> None:
     assert wire["created_at"] == "2026-01-02T03:04:05.123456+00:00"
     # Fixed width, as in inbox events: isoformat() alone would drop a zero fraction.
     assert wire["updated_at"] == "2026-01-02T03:04:05.000000+00:00"
+
+
+def test_a_virtual_user_speaks_for_its_owners_agents() -> None:
+    stranger = Relationship(friends=False, shares_group=False, same_owner=False,
+                            either_virtual_user=True)
+    assert not can_communicate(stranger)
+    vouched = Relationship(friends=False, shares_group=False, same_owner=False,
+                           either_virtual_user=True, owner_agent_may=True)
+    assert can_communicate(vouched)
