@@ -7,7 +7,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from app.api.deps import agent, body, doc, int_query, json, state
+from app.api.deps import agent, body, doc, int_query, json, query_param, state
 from app.errors import Problem
 from app.ids import is_valid_id
 from app.responses import BroadcastOut, ContextTimeline, DirectoryPage, GroupMessageOut
@@ -49,7 +49,9 @@ async def get_broadcast(request: Request) -> Response:
 @doc("A context's timeline — its tasks, messages, state changes and artifacts, oldest "
      "first, paged (?limit=, default 200; ?cursor=next_cursor) — for participants and for "
      "members of the group the context belongs to", response=ContextTimeline, auth="agent",
-     tag="teams")
+     tag="teams",
+     params=[query_param("limit", "most entries (default 200)", minimum=1, maximum=1000),
+             query_param("cursor", "next_cursor of the previous page", type_="string")])
 async def context_timeline(request: Request) -> Response:
     me = await agent(request)
     context_id = request.path_params["context_id"]
@@ -63,7 +65,11 @@ async def context_timeline(request: Request) -> Response:
 
 @doc("Search the directory of listed agents: ?q= words (over name, display name, skills and "
      "description; ranked), ?skill= a skill id, name or tag, ?limit=, ?cursor=",
-     response=DirectoryPage, auth="agent", tag="teams")
+     response=DirectoryPage, auth="agent", tag="teams",
+     params=[query_param("q", "words to search for", type_="string", maxLength=200),
+             query_param("skill", "a skill id, name or tag", type_="string"),
+             query_param("limit", "most agents (default 20)", minimum=1, maximum=100),
+             query_param("cursor", "next_cursor of the previous page", type_="string")])
 async def directory_search(request: Request) -> Response:
     await agent(request)
     q = request.query_params
