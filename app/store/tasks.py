@@ -110,19 +110,8 @@ async def list_for_agent(conn: Conn, agent_id: str, *, state: str | None, contex
     if peer is not None:
         args.append(peer)
         where.append(f"(initiator = ${len(args)} OR serving_agent = ${len(args)})")
-    if state is not None:
-        args.append(state)
-        where.append(f"state = ${len(args)}")
-    if context_id is not None:
-        args.append(context_id)
-        where.append(f"context_id = ${len(args)}")
-    if before is not None:
-        args.extend(before)
-        where.append(f"(created_at, task_id) < (${len(args) - 1}, ${len(args)})")
-    args.append(limit)
-    return await conn.fetch(
-        f"SELECT {TASK_COLUMNS} FROM tasks WHERE {' AND '.join(where)} "
-        f"ORDER BY created_at DESC, task_id DESC LIMIT ${len(args)}", *args)
+    return await _page(conn, args, where, state=state, context_id=context_id, before=before,
+                       limit=limit)
 
 
 async def context_messages(conn: Conn, context_id: str, agent_ids: list[str],
@@ -169,6 +158,15 @@ async def search_for_agents(conn: Conn, agent_ids: list[str], text: str, *, stat
              "(task_id ILIKE $2 OR context_id ILIKE $2 OR initiator ILIKE $2 "
              "OR serving_agent ILIKE $2 OR EXISTS (SELECT 1 FROM task_messages m "
              "WHERE m.task_id = tasks.task_id AND m.parts::text ILIKE $2))"]
+    return await _page(conn, args, where, state=state, context_id=context_id, before=before,
+                       limit=limit)
+
+
+async def _page(conn: Conn, args: list[Any], where: list[str], *, state: str | None,
+                context_id: str | None, before: tuple[datetime, str] | None,
+                limit: int) -> list[asyncpg.Record]:
+    """The filters and keyset page every task list shares, after the caller's own
+    conditions (``where``, with their ``args``)."""
     if state is not None:
         args.append(state)
         where.append(f"state = ${len(args)}")
