@@ -34,6 +34,7 @@ from redis.exceptions import RedisError
 
 from app.errors import Problem
 from app.metrics import AUTH_THROTTLED
+from app.ratelimit import TOKEN_BUCKET_LUA
 from app.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -55,35 +56,6 @@ DEFAULT_LIMITS: dict[str, tuple[float, int]] = {
     "token_failures": (0.2, 20),
 }
 
-# KEYS[1] bucket {tokens, ts}; ARGV rate, burst, cost (0 = only look).
-# Returns {allowed 0|1, retry_after_us}. Clock: Redis TIME (see app.ratelimit).
-BUCKET_LUA = """
-if redis.replicate_commands then redis.replicate_commands() end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local rate = tonumber(ARGV[1])
-local burst = tonumber(ARGV[2])
-local cost = tonumber(ARGV[3])
-local state = redis.call('HMGET', KEYS[1], 'tokens', 'ts')
-local tokens = tonumber(state[1])
-local ts = tonumber(state[2])
-if tokens == nil or ts == nil then
-  tokens = burst
-  ts = now
-end
-local elapsed = now - ts
-if elapsed < 0 then elapsed = 0 end
-tokens = math.min(burst, tokens + elapsed * rate / 1000000)
-if tokens < 1 - 1e-9 then
-  return {0, math.max(1, math.ceil((1 - tokens) * 1000000 / rate))}
-end
-if cost > 0 then
-  tokens = math.max(0, tokens - cost)
-  redis.call('HSET', KEYS[1], 'tokens', tokens, 'ts', now)
-  redis.call('PEXPIRE', KEYS[1], math.ceil((burst - tokens) * 1000 / rate) + 1000)
-end
-return {1, 0}
-"""
 
 FAIL_OPEN_LOG_INTERVAL_SECONDS = 5.0
 
@@ -110,7 +82,7 @@ class AuthThrottle:
             if not rate > 0 or burst < 1:
                 raise ValueError(f"auth limit {name!r}: rate must be > 0 and burst >= 1")
         self.timeout = timeout
-        self._script = redis.register_script(BUCKET_LUA)
+        self._script = redis.register_script(TOKEN_BUCKET_LUA)
         self._last_warning = -math.inf
 
     async def _bucket(self, name: str, who: str, cost: int) -> Refusal | None:
@@ -119,7 +91,7 @@ class AuthThrottle:
         rate, burst = self.limits[name]
         try:
             async with asyncio.timeout(self.timeout):
-                allowed, retry_us = await self._script(
+                allowed, retry_us, *_ = await self._script(
                     keys=[f"{KEY_PREFIX}{name}:{_digest(who)}"], args=[repr(rate), burst, cost])
         except (RedisError, OSError, TimeoutError) as exc:
             self._warn_fail_open(exc)

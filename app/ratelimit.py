@@ -38,7 +38,9 @@ log = logging.getLogger(__name__)
 
 KEY_PREFIX = "mesh:rl:"
 
-# KEYS[1] bucket hash {tokens, ts}; ARGV[1] rate (tokens/s), ARGV[2] burst.
+# KEYS[1] bucket hash {tokens, ts}; ARGV[1] rate (tokens/s), ARGV[2] burst,
+# ARGV[3] cost (default 1; 0 = only look, nothing is written: app.auth_throttle
+# peeks at failure buckets before spending a password hash).
 # Returns {allowed 0|1, retry_after_us, floor(tokens left), server_time_us}.
 # Numbers leave Lua as integers only (Redis truncates Lua floats in replies),
 # hence microseconds. A missing key is a full bucket, so the key may expire as
@@ -49,6 +51,7 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local rate = tonumber(ARGV[1])
 local burst = tonumber(ARGV[2])
+local cost = tonumber(ARGV[3] or '1')
 local state = redis.call('HMGET', KEYS[1], 'tokens', 'ts')
 local tokens = tonumber(state[1])
 local ts = tonumber(state[2])
@@ -62,13 +65,15 @@ tokens = math.min(burst, tokens + elapsed * rate / 1000000)
 local allowed = 0
 local retry_us = 0
 if tokens >= 1 - 1e-9 then
-  tokens = math.max(0, tokens - 1)
+  tokens = math.max(0, tokens - cost)
   allowed = 1
 else
   retry_us = math.max(1, math.ceil((1 - tokens) * 1000000 / rate))
 end
-redis.call('HSET', KEYS[1], 'tokens', tokens, 'ts', now)
-redis.call('PEXPIRE', KEYS[1], math.ceil((burst - tokens) * 1000 / rate) + 1000)
+if cost > 0 then
+  redis.call('HSET', KEYS[1], 'tokens', tokens, 'ts', now)
+  redis.call('PEXPIRE', KEYS[1], math.ceil((burst - tokens) * 1000 / rate) + 1000)
+end
 return {allowed, retry_us, math.floor(tokens), now}
 """
 
