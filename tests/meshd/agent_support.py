@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -83,6 +84,23 @@ async def started(proc: Proc) -> Proc:
     await proc.start()
     await proc.wait_log("following the SSE stream")
     return proc
+
+
+async def killed_mid_run_and_restarted(proc: Proc, url: str, handle: AgentHandle, tmp: Path,
+                                       model: ModelServer, first_try: dict[str, bool],
+                                       hold: Any) -> tuple[Proc, int]:
+    """``kill -9`` the agent while its run is held by the scripted model, let later
+    runs through (``first_try``/``hold``), start it again and await its rerun.
+    Returns the new process and the number of model turns before the restart."""
+    proc.signal(signal.SIGKILL)
+    await proc.wait()
+    first_try["on"] = False
+    hold.set()
+    before = len(model.agent_turns())
+    proc = agent_proc(url, handle, tmp, "a", model)
+    await started(proc)
+    await proc.wait_log(DONE)
+    return proc, before
 
 
 async def wait_runs(proc: Proc, n: int) -> None:

@@ -15,6 +15,7 @@ from tests.meshd.agent_support import (
     DONE,
     agent_proc,
     ask,
+    killed_mid_run_and_restarted,
     runs,
     say,
     started,
@@ -135,14 +136,8 @@ async def test_kill_9_mid_run_reruns_the_event_and_the_reply_appears_once(world,
             await proc.wait_log(DONE)
             await say(world.alice, task["task_id"], "Crash here: answer, then die.")
             await model.wait_turns(3)  # 1 for the first event; the reply went out; the next turn hangs
-            proc.signal(signal.SIGKILL)
-            await proc.wait()
-            first_try["on"] = False
-            hold.set()
-            before = len(model.agent_turns())
-            proc = agent_proc(gateway, agent, tmp_path, "a", model)
-            await started(proc)
-            await proc.wait_log(DONE)
+            proc, before = await killed_mid_run_and_restarted(proc, gateway, agent, tmp_path,
+                                                              model, first_try, hold)
         finally:
             hold.set()
             await proc.stop()

@@ -15,6 +15,7 @@ from tests.meshd.agent_support import (
     DONE,
     agent_proc,
     ask,
+    killed_mid_run_and_restarted,
     say,
     started,
     task_in_prompt,
@@ -426,7 +427,6 @@ async def test_high_task_plan_survives_kill_9_and_the_resumed_run_is_told_the_op
     world, uniq, gateway, tmp_path
 ):
     import re
-    import signal
     import threading
 
     agent = await world.alice.agent(f"r{uniq}")
@@ -455,14 +455,8 @@ async def test_high_task_plan_survives_kill_9_and_the_resumed_run_is_told_the_op
             await started(proc)
             task = await send(world.alice, agent.agent_id, "Migrate the parser", handshake=False)
             await model.wait_turns(2)
-            proc.signal(signal.SIGKILL)
-            await proc.wait()
-            first_try["on"] = False
-            hold.set()
-            before = len(model.agent_turns())
-            proc = agent_proc(gateway, agent, tmp_path, "a", model)
-            await started(proc)
-            await proc.wait_log(DONE)
+            proc, before = await killed_mid_run_and_restarted(proc, gateway, agent, tmp_path,
+                                                              model, first_try, hold)
         finally:
             hold.set()
             await proc.stop()
