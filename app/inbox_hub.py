@@ -18,11 +18,12 @@ import contextlib
 import logging
 from collections import defaultdict
 from collections.abc import AsyncIterator
+from typing import Protocol
 
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
-from app.delivery import NOTIFY_CHANNEL, auth_notice, parse_notice
+from app.delivery import NOTIFY_CHANNEL, Notice, auth_notice, parse_notice
 from app.retry import Backoff
 
 log = logging.getLogger("mesh.hub")
@@ -67,10 +68,20 @@ class Waiter:
             self._event.clear()
 
 
+class NoticeListener(Protocol):
+    """Something else in the process that follows the notices (a cache to invalidate)."""
+
+    def notice(self, notice: Notice) -> None: ...
+
+    def reset(self) -> None:
+        """The subscription was (re)established: notices may have been missed."""
+
+
 class InboxHub:
     def __init__(self, redis_url: str) -> None:
         self._redis_url = redis_url
         self._waiters: dict[str, set[Waiter]] = defaultdict(set)
+        self._listeners: list[NoticeListener] = []
         self._task: asyncio.Task[None] | None = None
         self.connected = asyncio.Event()
 
@@ -99,6 +110,10 @@ class InboxHub:
                 if not waiters:
                     del self._waiters[agent_id]
 
+    def add_listener(self, listener: NoticeListener) -> None:
+        """Hand every notice to ``listener`` too (called in the hub's task; must not block)."""
+        self._listeners.append(listener)
+
     def watching(self) -> int:
         return sum(len(w) for w in self._waiters.values())
 
@@ -120,12 +135,16 @@ class InboxHub:
             try:
                 await pubsub.subscribe(NOTIFY_CHANNEL)
                 self.connected.set()
+                for listener in self._listeners:
+                    listener.reset()
                 self._wake_all()
                 backoff.reset()
                 async for message in pubsub.listen():
                     if message.get("type") != "message":
                         continue
                     notice = parse_notice(message["data"])
+                    for listener in self._listeners:
+                        listener.notice(notice)
                     self.wake(notice.agent_id, auth=notice.auth)
                 reason = "Redis ended the subscription"
             except asyncio.CancelledError:
