@@ -4,7 +4,8 @@ output "api_url" {
 }
 
 output "region" {
-  value = var.region
+  description = "AWS region the stack runs in."
+  value       = var.region
 }
 
 output "ecr_repository_url" {
@@ -18,19 +19,23 @@ output "image" {
 }
 
 output "ecs_cluster" {
-  value = aws_ecs_cluster.main.name
+  description = "ECS cluster running the web, outbox, push and cron services."
+  value       = aws_ecs_cluster.main.name
 }
 
 output "database_endpoint" {
-  value = aws_db_instance.main.endpoint
+  description = "RDS PostgreSQL endpoint (host:port), reachable only from the services' security group."
+  value       = aws_db_instance.main.endpoint
 }
 
 output "redis_endpoint" {
-  value = aws_elasticache_replication_group.main.primary_endpoint_address
+  description = "ElastiCache Redis primary endpoint address."
+  value       = aws_elasticache_replication_group.main.primary_endpoint_address
 }
 
 output "kafka_bootstrap_brokers" {
-  value = aws_msk_cluster.main.bootstrap_brokers_tls
+  description = "MSK bootstrap brokers (TLS), the value of MESH_KAFKA_BOOTSTRAP."
+  value       = aws_msk_cluster.main.bootstrap_brokers_tls
 }
 
 output "secret_arns" {
@@ -39,7 +44,8 @@ output "secret_arns" {
 }
 
 output "log_group" {
-  value = aws_cloudwatch_log_group.app.name
+  description = "CloudWatch log group every process writes to."
+  value       = aws_cloudwatch_log_group.app.name
 }
 
 output "release_command" {

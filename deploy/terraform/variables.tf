@@ -114,8 +114,9 @@ variable "postgres_version" {
 }
 
 variable "db_instance_class" {
-  type    = string
-  default = "db.t4g.medium"
+  description = "RDS instance class of the PostgreSQL database."
+  type        = string
+  default     = "db.t4g.medium"
 }
 
 variable "db_allocated_storage" {
@@ -125,8 +126,9 @@ variable "db_allocated_storage" {
 }
 
 variable "db_multi_az" {
-  type    = bool
-  default = true
+  description = "Run the database as a Multi-AZ deployment (a standby in another zone)."
+  type        = bool
+  default     = true
 }
 
 variable "deletion_protection" {
@@ -136,28 +138,33 @@ variable "deletion_protection" {
 }
 
 variable "redis_node_type" {
-  type    = string
-  default = "cache.t4g.small"
+  description = "ElastiCache node type of the Redis replication group."
+  type        = string
+  default     = "cache.t4g.small"
 }
 
 variable "redis_engine_version" {
-  type    = string
-  default = "7.1"
+  description = "ElastiCache Redis engine version."
+  type        = string
+  default     = "7.1"
 }
 
 variable "kafka_version" {
-  type    = string
-  default = "3.8.x"
+  description = "MSK Kafka version."
+  type        = string
+  default     = "3.8.x"
 }
 
 variable "kafka_instance_type" {
-  type    = string
-  default = "kafka.t3.small"
+  description = "MSK broker instance type."
+  type        = string
+  default     = "kafka.t3.small"
 }
 
 variable "kafka_brokers_per_az" {
-  type    = number
-  default = 1
+  description = "MSK brokers in each availability zone."
+  type        = number
+  default     = 1
 }
 
 variable "kafka_partitions" {
@@ -167,6 +174,7 @@ variable "kafka_partitions" {
 }
 
 variable "log_retention_days" {
-  type    = number
-  default = 30
+  description = "Days CloudWatch keeps the processes' logs."
+  type        = number
+  default     = 30
 }
