@@ -125,8 +125,10 @@ async def s_profile(env: Env, ctx: dict, plan: Plan) -> Section:  # type: ignore
         total = sum(c for c, _ in r.redis.values())
         sec.row("Redis commands per send (INFO commandstats)", fmt(total / n), "", "", "",
                 verdict(None))
-        sec.note(f"\n**Redis** — {total:,} commands = **{fmt(total / n)} per send** (a pipeline "
-                 "counts each command; one round trip may carry several):")
+        sec.note(f"\n**Redis** — {total:,} commands = **{fmt(total / n)} per send**. Not round "
+                 "trips: commandstats also counts the commands a Lua script runs inside "
+                 "EVALSHA (e.g. the token bucket's TIME/HMGET/HSET/PEXPIRE), and a pipeline "
+                 "carries several commands in one round trip:")
         sec.note("")
         sec.note("| command | calls | per send | µs per call |")
         sec.note("|---|---|---|---|")
@@ -206,13 +208,16 @@ async def s_scaleout(env: Env, ctx: dict, plan: Plan) -> Section:  # type: ignor
              "round robin per recipient, as a PaaS router would. Per level: a closed loop of "
              f"{c} in flight for {plan.scaleout_seconds:g} s (scenario 2's cast), then the open "
              f"loop at {plan.rate:g} msg/s for {plan.scaleout_latency_seconds:g} s (scenario 1's "
-             "cast); a short warm-up before each. Two cores: a second process of each can only "
-             "help where one process of a kind was the bottleneck with a core to spare.")
+             "cast); a short warm-up before each. Delivered / missing / dup / out of order "
+             "(an SSE event whose `id` (the inbox seq) is not above its stream's previous "
+             "one) check exactly once, in order, per recipient with each topology. Two cores: "
+             "a second process of each can only help where one process of a kind was the "
+             "bottleneck with a core to spare.")
     sec.note("")
     sec.note("| of each | accepted/s | API p50 | API p99 | errors | outbox backlog at end "
              "| drain after | e2e p50 | e2e p90 | e2e p99 | delivery p50 | delivered | missing "
-             "| dup | CPU ms per send (closed loop) |")
-    sec.note("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+             "| dup | out of order | CPU ms per send (closed loop) |")
+    sec.note("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for k in sorted(levels):
         t, lt = levels[k]
         cpu_ms = 1000 * t.cpu.ours / t.accepted if t.cpu is not None and t.accepted else math.nan
@@ -220,7 +225,7 @@ async def s_scaleout(env: Env, ctx: dict, plan: Plan) -> Section:  # type: ignor
                  f"| {len(t.errors)} | {t.backlog_after} | {fmt(t.drain_seconds, 's')} "
                  f"| {ms(lt.e2e_dist, 'p50')} | {ms(lt.e2e_dist, 'p90')} | {ms(lt.e2e_dist, 'p99')} "
                  f"| {ms(lt.pipeline_dist, 'p50')} | {len(lt.e2e)} | {lt.missing} | {lt.duplicates} "
-                 f"| {fmt(cpu_ms)} |")
+                 f"| {lt.reordered} | {fmt(cpu_ms)} |")
     for k in sorted(levels):
         t, lt = levels[k]
         for label, errs in (("closed loop", t.errors), ("open loop", lt.errors)):

@@ -40,6 +40,7 @@ class LatencyRun:
     send_lag: list[float] = field(default_factory=list)   # start − schedule (open-loop honesty)
     missing: int = 0
     duplicates: int = 0
+    reordered: int = 0      # events whose seq is not above the stream's previous one
     cpu: Interval | None = None
 
     @property
@@ -68,7 +69,14 @@ async def run(stream_urls: Sequence[str], database_url: str, cast: Cast, client:
     got_all = asyncio.Event()
     sending_done = False
 
-    def on_event(_stream: SseStream, ev: SseEvent) -> None:
+    last_seq: dict[int, int] = {}
+
+    def on_event(stream: SseStream, ev: SseEvent) -> None:
+        if ev.id is not None and ev.id.isdigit():
+            seq = int(ev.id)
+            if seq <= last_seq.get(id(stream), -1):
+                result.reordered += 1
+            last_seq[id(stream)] = seq
         mid = message_id_of(ev)
         if mid is None or mid not in sent_at:
             return
