@@ -73,7 +73,7 @@ def render(old_text: str, new_text: str, old_name: str, new_name: str) -> str:
     out = [f"# Bench comparison — {fo.get('commit', old_name)} → {fn.get('commit', new_name)}", "",
            "Both runs in the same sitting (bench/compare.sh), old first. Change = new ÷ old of "
            "the measured cell's first number (lower is better for latency and CPU, higher for "
-           "rates); the full reports are linked below.", "",
+           "rates); the two full reports are named below.", "",
            "| | old | new |", "|---|---|---|",
            f"| report | `{old_name}` | `{new_name}` |"]
     for key in ("commit", "load average at start (1/5/15 min)", "load average at end (1/5/15 min)",

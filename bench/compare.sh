@@ -33,7 +33,7 @@ cleanup() {
 trap cleanup EXIT
 
 echo "compare: worktree of $old in $tmp/old" >&2
-git -C "$repo" worktree add --detach "$tmp/old" "$old" >/dev/null
+git -C "$repo" worktree add --quiet --detach "$tmp/old" "$old"
 echo "compare: venv for $old" >&2
 "$py" -m venv "$tmp/old/.venv"
 "$tmp/old/.venv/bin/python" -m pip install -q -e "$tmp/old[embedded,dev]"

@@ -6,10 +6,14 @@ no hook in the web process, nothing in the production path. ``--nonblocking``
 keeps it from pausing the target for each sample, so the web process runs as
 in the unprofiled runs; py-spy's own CPU is metered separately. Idle samples
 (the loop waiting in epoll) are not recorded, so sample shares are shares of
-the web process's busy time. Time in C code (asyncpg's Cython protocol, uvloop,
-hiredis) counts for the nearest Python frame above it. A non-blocking read can
-race the interpreter and get a stack without its outer frames; its innermost
-frames, which is what self time counts, are still right.
+the web process's busy time — py-spy counts a runnable thread waiting for a core
+as busy, so on a loaded machine the shares also hold run-queue time; a
+preempted thread waits where it ran, which keeps the shares close to CPU
+shares, except that waiting right after a wake-up counts for the event loop.
+Time in C code (asyncpg's Cython protocol, uvloop, hiredis) counts for the
+nearest Python frame above it. A non-blocking read can race the interpreter
+and get a stack without its outer frames; its innermost frames, which is what
+self time counts, are still right.
 
 The raw output is py-spy's collapsed-stack text (``frame;frame;… count``, the
 input of flamegraph.pl / speedscope / inferno), gzipped next to the report.

@@ -89,8 +89,15 @@ async def s_profile(env: Env, ctx: dict, plan: Plan) -> Section:  # type: ignore
                 "", "", "", verdict(None))
         sec.row("… of which our code (app/, self time)", fmt(r.profile.pct(ours), "%"), "", "",
                 "", verdict(None))
+        wall = cpu.wall if cpu is not None else math.nan
         sec.note(f"\npy-spy {plan.profile_rate} Hz, `--nonblocking`, on web pid "
-                 f"{topo.web.proc.pid if topo.web.proc else '?'}{note}.")
+                 f"{topo.web.proc.pid if topo.web.proc else '?'}{note}. Busy samples "
+                 f"{fmt(100 * r.profile.samples / (plan.profile_rate * wall), '%')} of the "
+                 f"samples possible vs web CPU {fmt(cpu.share('web')[0] if cpu else math.nan, '%')}"
+                 " of a core: py-spy counts a thread that is runnable but waiting for a core as "
+                 "busy, so on a loaded machine the shares include run-queue time (close to CPU "
+                 "shares, as a preempted thread waits where it ran; waits right after a wake-up "
+                 "inflate \"event loop\").")
         _profile_tables(sec, r.profile, web_ms)
     else:
         sec.row("web CPU per send (py-spy)", "not measured", "", "", "", verdict(None))
