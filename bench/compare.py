@@ -67,13 +67,15 @@ def change(old: str, new: str) -> str:
     return f"{b / a:.2f}×"
 
 
-def render(old_text: str, new_text: str, old_name: str, new_name: str) -> str:
+def render(old_text: str, new_text: str, old_name: str, new_name: str,
+           same_sitting: bool = False) -> str:
     old, new = summary(old_text), summary(new_text)
     fo, fn = facts(old_text), facts(new_text)
     out = [f"# Bench comparison — {fo.get('commit', old_name)} → {fn.get('commit', new_name)}", "",
-           "Both runs in the same sitting (bench/compare.sh), old first. Change = new ÷ old of "
-           "the measured cell's first number (lower is better for latency and CPU, higher for "
-           "rates); the two full reports are named below.", "",
+           ("Both runs in the same sitting (bench/compare.sh), old first. " if same_sitting
+            else "Two reports, not necessarily from the same sitting: mind the load averages. ")
+           + "Change = new ÷ old of the measured cell's first number (lower is better for "
+           "latency and CPU, higher for rates); the two full reports are named below.", "",
            "| | old | new |", "|---|---|---|",
            f"| report | `{old_name}` | `{new_name}` |"]
     for key in ("commit", "load average at start (1/5/15 min)", "load average at end (1/5/15 min)",
@@ -81,7 +83,8 @@ def render(old_text: str, new_text: str, old_name: str, new_name: str) -> str:
         out.append(f"| {key} | {fo.get(key, '')} | {fn.get(key, '')} |")
     out += ["", "| scenario | metric | old | new | change | target | old verdict | new verdict |",
             "|---|---|---|---|---|---|---|---|"]
-    keys = list(old) + [k for k in new if k not in old]
+    # Scenario by scenario ("1.", "2.", "2c." …); within one, the old report's order.
+    keys = sorted(list(old) + [k for k in new if k not in old], key=lambda k: k[0].split(" ")[0])
     for key in keys:
         o, n = old.get(key), new.get(key)
         o_measured, n_measured = (o[0] if o else ""), (n[0] if n else "")
@@ -98,8 +101,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("old", type=Path)
     p.add_argument("new", type=Path)
     p.add_argument("--out", type=Path, help="write here too (default: print only)")
+    p.add_argument("--same-sitting", action="store_true",
+                   help="say the two runs were made one after the other (bench/compare.sh)")
     args = p.parse_args(argv)
-    text = render(args.old.read_text(), args.new.read_text(), args.old.name, args.new.name)
+    text = render(args.old.read_text(), args.new.read_text(), args.old.name, args.new.name,
+                  args.same_sitting)
     print(text)
     if args.out:
         args.out.write_text(text)

@@ -49,5 +49,5 @@ echo "compare: bench of this work tree (new) ..." >&2
 new_report=$(ls -t "$repo/bench/results/"*"-$name-new.md" | head -1)
 out="${new_report%-new.md}.md"
 "$repo/.venv/bin/python" "$repo/bench/compare.py" "$repo/bench/results/$(basename "$old_report")" \
-  "$new_report" --out "$out" >/dev/null
+  "$new_report" --out "$out" --same-sitting >/dev/null
 echo "compare: wrote ${out#"$repo"/} (and the two full reports next to it)" >&2
