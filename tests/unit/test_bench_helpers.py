@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+from bench.client import Client
 from bench.compare import change, render, summary
 from bench.counters import delta_commands, delta_counts, is_bench_query, parse_commandstats, parse_counts_line
 from bench.profile import group_of, module_of, summarize
@@ -102,3 +105,32 @@ def test_change_needs_numbers_in_the_same_unit() -> None:
     assert change("1,000 /s (c=16)", "1,500 /s (c=64)") == "1.50×"
     assert change("2 ms", "3 %") == ""
     assert change("not measured", "3 ms") == ""
+
+
+
+async def test_client_sends_requests_to_its_servers_in_turn() -> None:
+    """As a router spreads requests over web processes: one request each, in turn,
+    on keep-alive connections (two real local servers)."""
+    served: list[int] = []
+
+    def handler(tag: int) -> Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]:
+        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            try:
+                while True:
+                    await reader.readuntil(b"\r\n\r\n")
+                    served.append(tag)
+                    writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+            except (asyncio.IncompleteReadError, ConnectionError):
+                writer.close()
+        return handle
+
+    servers = [await asyncio.start_server(handler(i), "127.0.0.1", 0) for i in range(2)]
+    client = Client([f"http://127.0.0.1:{s.sockets[0].getsockname()[1]}" for s in servers])
+    try:
+        for _ in range(6):
+            assert (await client.request("GET", "/", {})).body == b"ok"
+    finally:
+        client.close()
+        for server in servers:
+            server.close()
+    assert served == [0, 1, 0, 1, 0, 1]
