@@ -16,9 +16,10 @@ one clock.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -135,17 +136,24 @@ class Connection:
 
 
 class Client:
-    """A pool of keep-alive connections to one server; any number of concurrent requests."""
+    """A pool of keep-alive connections to one server or several; any number of
+    concurrent requests. With several servers (the web processes of a topology),
+    each request goes to the next server in turn, as a PaaS router spreads
+    requests over the instances of a web process."""
 
-    def __init__(self, base_url: str) -> None:
-        url = urlsplit(base_url)
-        self.host, self.port = url.hostname or "127.0.0.1", url.port or 80
-        self._idle: list[Connection] = []
+    def __init__(self, base_url: str | Sequence[str]) -> None:
+        urls = [base_url] if isinstance(base_url, str) else list(base_url)
+        self.servers = [(u.hostname or "127.0.0.1", u.port or 80) for u in map(urlsplit, urls)]
+        self.host, self.port = self.servers[0]
+        self._idle: list[list[Connection]] = [[] for _ in self.servers]
+        self._next = itertools.cycle(range(len(self.servers)))
 
     async def request(self, method: str, path: str, headers: dict[str, str],
                       body: Any = None) -> Response:
         raw = None if body is None else json.dumps(body, separators=(",", ":")).encode()
-        conn = self._idle.pop() if self._idle else Connection(self.host, self.port)
+        i = next(self._next)
+        idle = self._idle[i]
+        conn = idle.pop() if idle else Connection(*self.servers[i])
         try:
             try:
                 resp = await conn.request(method, path, headers, raw)
@@ -153,25 +161,27 @@ class Client:
                 if not exc.stale:
                     raise
                 # uvicorn closes keep-alive connections idle for 5 s: resend on a new one.
-                conn = Connection(self.host, self.port)
+                conn = Connection(*self.servers[i])
                 resp = await conn.request(method, path, headers, raw)
         except BaseException:
             conn.close()
             raise
-        self._idle.append(conn)
+        idle.append(conn)
         return resp
 
     async def prewarm(self, n: int) -> None:
-        """Open ``n`` idle connections now, so no measured request pays a TCP connect."""
-        while len(self._idle) < n:
-            conn = Connection(self.host, self.port)
-            await conn.open()
-            self._idle.append(conn)
+        """Open ``n`` idle connections per server now, so no measured request pays a TCP connect."""
+        for i, idle in enumerate(self._idle):
+            while len(idle) < n:
+                conn = Connection(*self.servers[i])
+                await conn.open()
+                idle.append(conn)
 
     def close(self) -> None:
-        for conn in self._idle:
-            conn.close()
-        self._idle.clear()
+        for idle in self._idle:
+            for conn in idle:
+                conn.close()
+            idle.clear()
 
 
 # --- SSE ---------------------------------------------------------------------------

@@ -25,7 +25,9 @@ import psutil
 
 from app.migrate import ensure_database, migrate
 from app.settings import Settings
+from bench.counters import PG_SETTINGS, tracking_off
 from bench.cpu import CpuMeter
+from devstack.process import free_port
 from devstack.stack import Ports, Stack
 from tests.support.procs import REPO, MeshProcess
 
@@ -82,6 +84,7 @@ class Env:
     settings: Settings
     procs: list[MeshProcess] = field(default_factory=list)
     logs: list[Path] = field(default_factory=list)
+    kafka_jmx_port: int | None = None   # the broker's JMX port (bench.counters)
 
     @property
     def kafka(self) -> bool:
@@ -102,8 +105,10 @@ class Env:
         await proc.start()
         return proc
 
-    def meter(self, procs: dict[str, MeshProcess]) -> CpuMeter:
-        """CPU accounting for the given mesh processes, the services and this load client."""
+    def meter(self, procs: dict[str, MeshProcess],
+              extra: dict[str, int] | None = None) -> CpuMeter:
+        """CPU accounting for the given mesh processes, the services and this load client
+        (and ``extra`` name → pid, e.g. the profiler)."""
         parts: dict[str, tuple[int, bool]] = {}
         for name, proc in procs.items():
             if proc.proc is not None:
@@ -113,6 +118,8 @@ class Env:
             if svc is not None and svc.proc is not None:
                 parts[name] = (svc.proc.pid, True)
         parts["load client"] = (os.getpid(), False)
+        for name, pid in (extra or {}).items():
+            parts[name] = (pid, True)
         return CpuMeter(parts)
 
     async def stop(self, proc: MeshProcess) -> None:
@@ -145,12 +152,18 @@ async def started(keep: bool = False) -> AsyncIterator[Env]:
     env_without_urls = {k: v for k, v in os.environ.items()
                         if k not in ("MESH_DATABASE_URL", "MESH_REDIS_URL", "MESH_KAFKA_BOOTSTRAP",
                                      "MESH_NATS_URL", "MESH_BUS")}
-    stack = Stack(root, Ports.ephemeral(), env=env_without_urls)
+    # pg_stat_statements preloaded but not tracking, and a JMX port on the broker:
+    # the profile scenario's counters (bench.counters; ADR 024). Both cost nothing
+    # until that scenario turns tracking on / reads the counters.
+    jmx = free_port()
+    stack = Stack(root, Ports.ephemeral(), env=env_without_urls, postgres_settings=PG_SETTINGS,
+                  kafka_jmx_port=jmx)
     urls = stack.start()
-    env = Env(root, stack, bench_settings(urls))
+    env = Env(root, stack, bench_settings(urls), kafka_jmx_port=jmx if stack.kafka else None)
     try:
         await ensure_database(env.settings.database_url)
         await migrate(env.settings.database_url)
+        await tracking_off(env.settings.database_url)
         yield env
     finally:
         for proc in list(env.procs):

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-SCENARIOS = ("latency", "sends", "relay", "longpoll", "idle", "daemon")
+SCENARIOS = ("latency", "sends", "profile", "scaleout", "relay", "longpoll", "idle", "daemon")
+
 
 @dataclass(frozen=True)
 class Plan:
@@ -22,9 +23,20 @@ class Plan:
     idle_agents: int = 50
     idle_hold: float = 20.0
     daemon_idle: float = 5.0
+    # profile: one closed-loop run at this concurrency, py-spy on the web process and
+    # the services' counters on (ADR 024)
+    profile_concurrency: int = 16
+    profile_seconds: float = 10.0
+    profile_rate: int = 200          # py-spy samples per second
+    # scaleout: 1 vs 2 of each mesh process; closed loop at the sweep's top level, then
+    # open loop at ``rate``
+    scaleout_sizes: tuple[int, ...] = (1, 2)
+    scaleout_seconds: float = 8.0
+    scaleout_latency_seconds: float = 8.0
 
 
 FULL = Plan("full")
 QUICK = Plan("quick", latency_seconds=5.0, low_seconds=3.0, sweep=(16,), sweep_seconds=4.0, relay_rows=5_000,
              longpoll_tries=15, baseline_polls=10, idle_connections=2_000, idle_agents=20,
-             idle_hold=5.0, daemon_idle=3.0)
+             idle_hold=5.0, daemon_idle=3.0, profile_seconds=4.0, scaleout_seconds=3.0,
+             scaleout_latency_seconds=3.0)

@@ -26,8 +26,14 @@ from bench import report  # noqa: E402
 from bench.env import machine_facts, raise_nofile, started  # noqa: E402
 from bench.load import make_cast  # noqa: E402
 from bench.plan import FULL, QUICK, SCENARIOS, Plan  # noqa: E402
+from bench.profile import write_gz  # noqa: E402
 from bench.report import Section  # noqa: E402
-from bench.sections import RUNNERS  # noqa: E402
+from bench.sections import RUNNERS as BASE_RUNNERS  # noqa: E402
+from bench.sections_more import RUNNERS as MORE_RUNNERS  # noqa: E402
+from bench.topology import Topology  # noqa: E402
+
+RUNNERS = {**BASE_RUNNERS, **MORE_RUNNERS}
+RESULTS = REPO / "bench" / "results"
 
 # --- main -----------------------------------------------------------------------------
 
@@ -54,7 +60,10 @@ METHOD = [
 ]
 
 
-async def main_async(plan: Plan, only: list[str], keep: bool) -> str:
+async def main_async(plan: Plan, only: list[str], keep: bool, topology: int = 1,
+                     stem: str | None = None) -> str:
+    """Run the scenarios; ``stem``: the results file's name without ``.md`` (files a
+    scenario writes next to the report are named after it), None with ``--no-write``."""
     facts = machine_facts()
     facts["open files limit"] = str(raise_nofile())
     sections: list[Section] = []
@@ -62,11 +71,15 @@ async def main_async(plan: Plan, only: list[str], keep: bool) -> str:
     async with started(keep=keep) as env:
         facts["bus"] = "Kafka " + str(env.settings.kafka_bootstrap) if env.kafka \
             else "Redis Streams (no Kafka: Java/Maven missing)"
-        ctx: dict = {}  # type: ignore[type-arg]
-        ctx["web"] = await env.process("web")
-        ctx["outbox"] = await env.process("outbox")
-        ctx["push"] = await env.process("push")
-        url = ctx["web"].url
+        facts["topology"] = (f"{topology} web, {topology} outbox, {topology} push process(es)"
+                             + (" (requests round robin over the web processes)"
+                                if topology > 1 else ""))
+        ctx: dict = {"artifact_stem": stem, "results_dir": str(RESULTS)}  # type: ignore[type-arg]
+        topo = Topology()
+        await topo.resize(env, topology)
+        ctx["topology"] = topo
+        ctx["web"] = topo.web
+        url = topo.web.url
         ctx["latency_cast"] = await make_cast(url, 4, 4)
         ctx["sends_cast"] = await make_cast(url, 16, 32)
         ctx["poll_cast"] = await make_cast(url, 1, 1)
@@ -86,6 +99,9 @@ async def main_async(plan: Plan, only: list[str], keep: bool) -> str:
             sections.append(sec)
             print(f"bench: {name} done in {time.monotonic() - t0:.0f} s", file=sys.stderr,
                   flush=True)
+        for src, dest in ctx.get("artifacts", []):  # before the temp folder goes
+            size = write_gz(src, dest)
+            print(f"bench: wrote {dest.relative_to(REPO)} ({size // 1024} KB)", file=sys.stderr)
     facts["load average at end (1/5/15 min)"] = " / ".join(f"{x:.2f}" for x in os.getloadavg())
     facts["bench duration"] = f"{time.monotonic() - t_start:.0f} s (plan: {plan.name})"
     title = f"Agent Mesh bench — {dt.date.today().isoformat()} ({plan.name})"
@@ -99,7 +115,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--only", help=f"comma list of scenarios: {','.join(SCENARIOS)}")
     p.add_argument("--no-write", action="store_true", help="print only; write no results file")
     p.add_argument("--keep", action="store_true", help="keep the temp data folder")
+    p.add_argument("--topology", type=int, default=1, metavar="N",
+                   help="run N web, N outbox and N push processes (default 1)")
     args = p.parse_args(argv)
+    if args.topology < 1:
+        p.error("--topology must be at least 1")
     plan = QUICK if args.quick else FULL
     only = args.only.split(",") if args.only else list(SCENARIOS)
     unknown = set(only) - set(SCENARIOS)
@@ -111,10 +131,11 @@ def main(argv: list[str] | None = None) -> int:
         uvloop.install()
     except ImportError:
         pass
-    text = asyncio.run(main_async(plan, only, args.keep))
+    stem = None if args.no_write else f"{dt.date.today().isoformat()}-{args.name or plan.name}"
+    text = asyncio.run(main_async(plan, only, args.keep, args.topology, stem))
     print(text)
-    if not args.no_write:
-        out = REPO / "bench" / "results" / f"{dt.date.today().isoformat()}-{args.name or plan.name}.md"
+    if stem is not None:
+        out = RESULTS / f"{stem}.md"
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(text)
         print(f"bench: report written to {out.relative_to(REPO)}", file=sys.stderr)

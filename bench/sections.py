@@ -13,6 +13,7 @@ from bench.plan import Plan
 from bench.report import Section, verdict
 from bench.scenarios import daemon, idle_sse, latency, longpoll, pgbench, relay, sends
 from bench.stats import Dist, fmt, fmt_ratio
+from bench.topology import Topology
 
 
 def ms(d: Dist, p: str) -> str:
@@ -22,7 +23,8 @@ def ms(d: Dist, p: str) -> str:
 # --- scenarios ------------------------------------------------------------------------
 
 def procs_of(ctx: dict) -> dict:  # type: ignore[type-arg]
-    return {k: ctx[k] for k in ("web", "outbox", "push") if k in ctx}
+    topo: Topology = ctx["topology"]
+    return topo.named()
 
 
 def cpu_note(sec: Section, cpu: Interval | None, n: int, unit: str) -> None:
@@ -47,27 +49,27 @@ def cpu_note(sec: Section, cpu: Interval | None, n: int, unit: str) -> None:
 
 async def s_latency(env: Env, ctx: dict, plan: Plan) -> Section:  # type: ignore[type-arg]
     sec = Section("1. E2E latency send → SSE")
-    web, cast = ctx["web"], ctx["latency_cast"]
+    topo: Topology = ctx["topology"]
+    cast = ctx["latency_cast"]
     db = env.settings.database_url
-    client = Client(web.url)
+    urls = topo.urls
+    client = Client(urls)
     await client.prewarm(16)
     # Warm-up (connections, prepared statements, Kafka metadata): not measured.
-    await latency.run(web.url, db, cast, client, rate=plan.rate, seconds=2.0, settle=5.0)
-    low = await latency.run(web.url, db, cast, client, rate=plan.low_rate,
+    await latency.run(urls, db, cast, client, rate=plan.rate, seconds=2.0, settle=5.0)
+    low = await latency.run(urls, db, cast, client, rate=plan.low_rate,
                             seconds=plan.low_seconds, settle=5.0)
-    cur = await latency.run(web.url, db, cast, client, rate=plan.rate,
+    cur = await latency.run(urls, db, cast, client, rate=plan.rate,
                             seconds=plan.latency_seconds, settle=15.0,
                             meter=env.meter(procs_of(ctx)))
-    await env.stop(ctx.pop("outbox"))
-    ctx["outbox"] = await env.process("outbox", env.variant(**BASELINE_RELAY))
+    await topo.restart(env, "outbox", env.variant(**BASELINE_RELAY))
     await client.prewarm(16)
-    base = await latency.run(web.url, db, cast, client, rate=plan.rate,
+    base = await latency.run(urls, db, cast, client, rate=plan.rate,
                              seconds=plan.latency_seconds, settle=15.0,
                              meter=env.meter(procs_of(ctx)))
-    base_low = await latency.run(web.url, db, cast, client, rate=plan.low_rate,
+    base_low = await latency.run(urls, db, cast, client, rate=plan.low_rate,
                                  seconds=plan.low_seconds, settle=5.0)
-    await env.stop(ctx.pop("outbox"))
-    ctx["outbox"] = await env.process("outbox")
+    await topo.restart(env, "outbox", None)
     client.close()
 
     c, b = cur.e2e_dist, base.e2e_dist
@@ -139,9 +141,9 @@ async def s_latency(env: Env, ctx: dict, plan: Plan) -> Section:  # type: ignore
 
 async def s_sends(env: Env, ctx: dict, plan: Plan) -> Section:  # type: ignore[type-arg]
     sec = Section("2. Sustained accepted sends")
-    web, cast = ctx["web"], ctx["sends_cast"]
+    cast = ctx["sends_cast"]
     db = env.settings.database_url
-    client = Client(web.url)
+    client = Client(ctx["topology"].urls)
     await sends.run(client, cast, concurrency=plan.sweep[0], seconds=2.0)   # warm-up
     runs = []
     for c in plan.sweep:

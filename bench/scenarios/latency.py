@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from bench.client import Client, HttpError, SseEvent, SseStream, now
@@ -39,6 +40,7 @@ class LatencyRun:
     send_lag: list[float] = field(default_factory=list)   # start − schedule (open-loop honesty)
     missing: int = 0
     duplicates: int = 0
+    reordered: int = 0      # events whose seq is not above the stream's previous one
     cpu: Interval | None = None
 
     @property
@@ -54,9 +56,11 @@ class LatencyRun:
         return Dist.of_seconds(self.api)
 
 
-async def run(base_url: str, database_url: str, cast: Cast, client: Client, *, rate: float,
-              seconds: float, settle: float, meter: CpuMeter | None = None) -> LatencyRun:
-    """One open-loop run; waits up to ``settle`` s after the last send for stragglers."""
+async def run(stream_urls: Sequence[str], database_url: str, cast: Cast, client: Client, *,
+              rate: float, seconds: float, settle: float,
+              meter: CpuMeter | None = None) -> LatencyRun:
+    """One open-loop run; waits up to ``settle`` s after the last send for stragglers.
+    Recipient i's stream goes to web process ``stream_urls[i % len]`` (round robin)."""
     result = LatencyRun(rate, seconds)
     sent_at: dict[str, float] = {}
     acked_at: dict[str, float] = {}
@@ -65,7 +69,14 @@ async def run(base_url: str, database_url: str, cast: Cast, client: Client, *, r
     got_all = asyncio.Event()
     sending_done = False
 
-    def on_event(_stream: SseStream, ev: SseEvent) -> None:
+    last_seq: dict[int, int] = {}
+
+    def on_event(stream: SseStream, ev: SseEvent) -> None:
+        if ev.id is not None and ev.id.isdigit():
+            seq = int(ev.id)
+            if seq <= last_seq.get(id(stream), -1):
+                result.reordered += 1
+            last_seq[id(stream)] = seq
         mid = message_id_of(ev)
         if mid is None or mid not in sent_at:
             return
@@ -79,8 +90,8 @@ async def run(base_url: str, database_url: str, cast: Cast, client: Client, *, r
             got_all.set()
 
     after = await inbox_seqs(database_url, [r.agent_id for r in cast.recipients])
-    streams = [await open_stream(base_url, r, after[r.agent_id], on_event)
-               for r in cast.recipients]
+    streams = [await open_stream(stream_urls[i % len(stream_urls)], r, after[r.agent_id], on_event)
+               for i, r in enumerate(cast.recipients)]
     pairs = itertools.cycle([(s, r) for s in cast.senders for r in cast.recipients])
 
     async def one(sender: Agent, recipient: Agent, mid: str) -> None:
