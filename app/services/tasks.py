@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 from datetime import UTC, datetime
 from typing import Any
 
@@ -29,6 +30,7 @@ from app.schemas import ArtifactIn, MessageIn, StatusChange, TaskCreate, dump_pa
 from app.services import broadcasts
 from app.services.hashing import content_hash
 from app.services.principals import Agent
+from app.services.reach_cache import ReachCache
 from app.services.replay import Replay, message_id_reused, same_request
 from app.settings import Settings
 from app.store import inbox as inbox_store
@@ -48,10 +50,11 @@ def _other(agent_id: str, task: asyncpg.Record | dict[str, Any]) -> str:
 # --- create ------------------------------------------------------------------------
 
 async def check_can_message(conn: asyncpg.Connection | asyncpg.Pool, sender: str,
-                            recipient: str) -> None:
+                            recipient: str, *, reach: ReachCache | None = None) -> None:
     if sender == recipient:
         raise bad_request("an agent cannot send a task to itself")
-    rel = await social_store.relationship(conn, sender, recipient)
+    load = functools.partial(social_store.relationship, conn, sender, recipient)
+    rel = await (reach.relationship(sender, recipient, load) if reach is not None else load())
     if not rel.both_exist:  # the sender is authenticated, so the recipient is missing
         raise not_found(f"unknown agent '{recipient}'")
     if not can_communicate(rel):
@@ -60,9 +63,11 @@ async def check_can_message(conn: asyncpg.Connection | asyncpg.Pool, sender: str
 
 
 async def create_task(pool: asyncpg.Pool, settings: Settings, me: Agent, body: TaskCreate, *,
-                      wakeup: Wakeup | None = None) -> tuple[TaskWithMessage, bool]:
+                      wakeup: Wakeup | None = None,
+                      reach: ReachCache | None = None) -> tuple[TaskWithMessage, bool]:
     """Returns (task with its first message, created?). created=False is an
-    idempotent retry of the same message_id with the same content."""
+    idempotent retry of the same message_id with the same content. ``reach``: the
+    web process's relationship cache (else Postgres is asked)."""
     msg = body.message
     message_id = msg.message_id or ids.new_message_id(me.agent_id)
     parts = dump_parts(msg.parts)
@@ -73,7 +78,7 @@ async def create_task(pool: asyncpg.Pool, settings: Settings, me: Agent, body: T
     context_id = body.context_id or ids.new_context_id(me.agent_id)
     try:
         async with writes(pool, topic=settings.bus_topic, wakeup=wakeup) as tx:
-            await check_can_message(tx.conn, me.agent_id, body.to_agent_id)
+            await check_can_message(tx.conn, me.agent_id, body.to_agent_id, reach=reach)
             task = await tasks_store.insert_task(
                 tx.conn, task_id=task_id, context_id=context_id, initiator=me.agent_id,
                 serving_agent=body.to_agent_id)
