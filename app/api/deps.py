@@ -11,9 +11,9 @@ import asyncpg
 import redis.asyncio as aioredis
 from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 
-from app import ratelimit
+from app import fastjson, ratelimit
 from app.errors import (
     Problem,
     bad_request,
@@ -219,7 +219,8 @@ def json(data: Any, status: int = 200, headers: dict[str, str] | None = None) ->
     """A JSON response; a response model (app.responses) is serialized by its own rules."""
     if isinstance(data, BaseModel):
         data = data.model_dump(mode="json")
-    return JSONResponse(data, status_code=status, headers=headers)
+    return Response(fastjson.dumps(data), status_code=status, headers=headers,
+                    media_type="application/json")
 
 
 def int_query(request: Request, name: str, *, default: int | None, minimum: int = 0,
