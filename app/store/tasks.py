@@ -20,15 +20,6 @@ MESSAGE_COLUMNS = ("message_id, task_id, context_id, sender, recipient, role, pa
                    "content_hash, inbox_seq, created_at")
 
 
-async def insert_task(conn: Conn, *, task_id: str, context_id: str, initiator: str,
-                      serving_agent: str) -> asyncpg.Record | None:
-    """None when the task_id exists already."""
-    return await conn.fetchrow(
-        f"INSERT INTO tasks (task_id, context_id, initiator, serving_agent, state) "
-        f"VALUES ($1, $2, $3, $4, $5) ON CONFLICT (task_id) DO NOTHING "
-        f"RETURNING {TASK_COLUMNS}", task_id, context_id, initiator, serving_agent, INITIAL)
-
-
 _MESSAGE_INSERT = ("INSERT INTO task_messages (message_id, task_id, context_id, sender, recipient, "
                    "role, parts, metadata, content_hash)")
 # A message's columns beside a task's in one row, prefixed: both have task_id,
