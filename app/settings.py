@@ -109,7 +109,7 @@ class Settings(BaseSettings):
 
     # --- web path caches (issue 13, ADR 020) -------------------------------------
     # Per web process: tokens → principals and (sender, recipient) → relationship,
-    # dropped at once by the notices on mesh:inbox-notify; the TTL is only a safety
+    # dropped at once by the notices the InboxHub hears; the TTL is only a safety
     # net for a notice lost while Redis was unreachable. 0 entries or 0 s: no cache.
     web_cache_max_entries: int = 10_000
     web_cache_ttl_seconds: float = 60.0
