@@ -58,3 +58,21 @@ def parse_notice(data: bytes | str) -> Notice:
     text = data.decode() if isinstance(data, bytes) else str(data)
     agent_id, _, what = text.partition(" ")
     return Notice(agent_id, what == AUTH_CHANGED)
+
+
+# --- reach changes (issue 13: the web processes' relationship caches) ------------
+# Who may reach whom changed somewhere (a friendship accepted or removed, a group's
+# members changed, a group deleted): every web process drops the relationships it
+# cached (app.services.reach_cache). Sent on the same channel as a notice for a
+# pseudo-agent no agent id can equal ('*' is no id character), so parse_notice reads
+# it unchanged and it wakes no inbox reader.
+REACH_AGENT = "*"
+REACH_CHANGED = "reach"
+
+
+def reach_notice() -> str:
+    return f"{REACH_AGENT} {REACH_CHANGED}"
+
+
+def is_reach_notice(notice: Notice) -> bool:
+    return notice.agent_id == REACH_AGENT

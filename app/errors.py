@@ -7,7 +7,6 @@ into a problem body whose ``detail`` tells the client what to fix.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Mapping
 from http import HTTPStatus
@@ -16,7 +15,9 @@ from typing import Any
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
+
+from app import fastjson
 
 log = logging.getLogger("mesh.errors")
 
@@ -61,8 +62,8 @@ def conflict(detail: str, **extra: Any) -> Problem:
 
 
 def problem_response(problem: Problem) -> Response:
-    return JSONResponse(problem.body(), status_code=problem.status,
-                        headers=problem.headers, media_type=PROBLEM_JSON)
+    return Response(fastjson.dumps(problem.body()), status_code=problem.status,
+                    headers=problem.headers, media_type=PROBLEM_JSON)
 
 
 def validation_problem(exc: ValidationError) -> Problem:
@@ -139,7 +140,7 @@ def parse_json_body(raw: bytes) -> Any:
     if not raw:
         raise bad_request("request body is empty; send a JSON object")
     try:
-        return json.loads(raw, parse_constant=_no_constants)
+        return fastjson.loads(raw, parse_constant=_no_constants)
     except RecursionError:
         raise bad_request("request body is nested too deeply to parse") from None
     except UnicodeDecodeError as exc:

@@ -38,6 +38,8 @@ from app.observability import init_sentry, setup_logging
 from app.ratelimit import RateLimiter
 from app.relay_wakeup import RelayWakeup
 from app.services.kdf import Kdf
+from app.services.principal_cache import PrincipalCache
+from app.services.reach_cache import ReachCache
 from app.settings import Settings, load_settings
 from app.stream_slots import StreamSlots
 from app.unavailable import UNAVAILABLE, handle_unavailable
@@ -78,6 +80,15 @@ def create_app(settings: Settings | None = None) -> Starlette:
         pool = await db.create_pool(settings)
         redis = aioredis.from_url(settings.redis_url)
         hub = InboxHub(settings.redis_url)
+        # Served only while the hub is subscribed: notices missed meanwhile would
+        # leave entries stale (a resubscribe clears them: the listeners' reset).
+        principals = PrincipalCache(settings.web_cache_max_entries,
+                                    settings.web_cache_ttl_seconds,
+                                    enabled=hub.connected.is_set, redis=redis)
+        reach = ReachCache(settings.web_cache_max_entries, settings.web_cache_ttl_seconds,
+                           enabled=hub.connected.is_set, redis=redis)
+        hub.add_listener(principals)
+        hub.add_listener(reach)
         await hub.start()
         limiter = RateLimiter(redis, settings) if settings.ratelimit_enabled else None
         wakeup = RelayWakeup(pool)
@@ -86,7 +97,8 @@ def create_app(settings: Settings | None = None) -> Starlette:
                                ratelimiter=limiter, wakeup=wakeup,
                                auth_throttle=AuthThrottle(redis, settings),
                                kdf=Kdf.from_settings(settings),
-                               sse_slots=StreamSlots(settings.sse_max_streams_per_agent))
+                               sse_slots=StreamSlots(settings.sse_max_streams_per_agent),
+                               principals=principals, reach=reach)
         try:
             yield
         finally:

@@ -107,6 +107,13 @@ class Settings(BaseSettings):
     # Open SSE streams per agent per web process; past it 429 (0: no cap).
     sse_max_streams_per_agent: int = 32
 
+    # --- web path caches (issue 13, ADR 020) -------------------------------------
+    # Per web process: tokens → principals and (sender, recipient) → relationship,
+    # dropped at once by the notices the InboxHub hears; the TTL is only a safety
+    # net for a notice lost while Redis was unreachable. 0 entries or 0 s: no cache.
+    web_cache_max_entries: int = 10_000
+    web_cache_ttl_seconds: float = 60.0
+
     @property
     def bus_kind(self) -> Literal["kafka", "nats", "redis"]:
         if self.bus == "auto":

@@ -11,9 +11,9 @@ import asyncpg
 import redis.asyncio as aioredis
 from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 
-from app import ratelimit
+from app import fastjson, ratelimit
 from app.errors import (
     Problem,
     bad_request,
@@ -22,9 +22,11 @@ from app.errors import (
     unauthorized,
     validation_problem,
 )
-from app.inbox_hub import InboxHub
+from app.inbox_hub import InboxHub, publish_auth_change
 from app.services import accounts
+from app.services.principal_cache import PrincipalCache
 from app.services.principals import Agent, Owner
+from app.services.reach_cache import ReachCache, publish_reach_change
 from app.settings import Settings
 from app.writes import Wakeup
 
@@ -47,6 +49,28 @@ class State:
     kdf: Any = None
     # app.stream_slots.StreamSlots: open SSE streams per agent in this process.
     sse_slots: Any = None
+    # The per-process caches of who a token names and who may reach whom (issue 13),
+    # kept right by the notices the hub hears; None: every request asks Postgres.
+    principals: PrincipalCache | None = None
+    reach: ReachCache | None = None
+
+    async def auth_changed(self, agent_id: str) -> None:
+        """An agent's credentials changed (committed): forget them here, tell every
+        web process. The ``auth_changed`` of app.services.accounts."""
+        if self.reach is not None:  # a deleted agent reaches nobody any more
+            self.reach.forget_all()
+        if self.principals is not None:
+            await self.principals.auth_changed(agent_id)
+        else:
+            await publish_auth_change(self.redis, agent_id)
+
+    async def reach_changed(self) -> None:
+        """Who may reach whom changed (committed): the ``reach_changed`` of
+        app.services.social."""
+        if self.reach is not None:
+            await self.reach.changed()
+        else:
+            await publish_reach_change(self.redis)
 
 
 def state(request: Request) -> State:
@@ -148,7 +172,7 @@ async def principal(request: Request) -> Owner | Agent:
     cached = request.scope.get("mesh.principal")
     if cached is None:
         s = state(request)
-        cached = await accounts.resolve(s.pool, s.settings, bearer(request))
+        cached = await accounts.resolve(s.pool, s.settings, bearer(request), cache=s.principals)
         request.scope["mesh.principal"] = cached
         if s.ratelimiter is not None:
             await _rate_limit(request, s, cached)
@@ -184,7 +208,8 @@ async def agent(request: Request) -> Agent:
     so a human in the loop uses the same endpoints as any agent."""
     who = await principal(request)
     if isinstance(who, Owner):
-        acting = await accounts.virtual_user_of(state(request).pool, who)
+        s = state(request)
+        acting = await accounts.virtual_user_of(s.pool, who, cache=s.principals)
         request.scope["mesh.principal"] = acting
         return acting
     return who
@@ -194,7 +219,8 @@ def json(data: Any, status: int = 200, headers: dict[str, str] | None = None) ->
     """A JSON response; a response model (app.responses) is serialized by its own rules."""
     if isinstance(data, BaseModel):
         data = data.model_dump(mode="json")
-    return JSONResponse(data, status_code=status, headers=headers)
+    return Response(fastjson.dumps(data), status_code=status, headers=headers,
+                    media_type="application/json")
 
 
 def int_query(request: Request, name: str, *, default: int | None, minimum: int = 0,

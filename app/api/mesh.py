@@ -64,7 +64,8 @@ async def friend_request(request: Request) -> Response:
     data = await body(request, FriendRequestCreate)
     s = state(request)
     result, created = await social.request_friend(s.pool, s.settings, who, data.to_agent_id,
-                                                  data.note, wakeup=s.wakeup)
+                                                  data.note, reach_changed=s.reach_changed,
+                                                  wakeup=s.wakeup)
     return json(result, 201 if created else 200)
 
 
@@ -73,7 +74,8 @@ async def friend_accept(request: Request) -> Response:
     who = await agent(request)
     s = state(request)
     return json(await social.accept_friend(s.pool, s.settings, who,
-                                           request.path_params["request_id"], wakeup=s.wakeup))
+                                           request.path_params["request_id"],
+                                           reach_changed=s.reach_changed, wakeup=s.wakeup))
 
 
 @doc("Reject a friend request sent to you", response=FriendRequestOut, auth="agent")
@@ -86,7 +88,8 @@ async def friend_reject(request: Request) -> Response:
 @doc("Remove a friend", auth="agent", status=204)
 async def friend_remove(request: Request) -> Response:
     who = await agent(request)
-    await social.remove_friend(state(request).pool, who, request.path_params["agent_id"])
+    await social.remove_friend(state(request).pool, who, request.path_params["agent_id"],
+                               reach_changed=state(request).reach_changed)
     return Response(status_code=204)
 
 

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import functools
-
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
 from app.api.deps import body, doc, json, owner, state
-from app.inbox_hub import publish_auth_change
 from app.responses import (
     AgentList,
     AgentOut,
@@ -64,7 +61,7 @@ async def delete_agent(request: Request) -> Response:
     me = await owner(request)
     s = state(request)
     await accounts.delete_agent(s.pool, me, request.path_params["agent_id"],
-                                auth_changed=functools.partial(publish_auth_change, s.redis))
+                                auth_changed=s.auth_changed)
     return Response(status_code=204)
 
 
@@ -91,7 +88,7 @@ async def revoke_key(request: Request) -> Response:
     s = state(request)
     await accounts.revoke_key(s.pool, me, request.path_params["agent_id"],
                               request.path_params["key_id"],
-                              auth_changed=functools.partial(publish_auth_change, s.redis))
+                              auth_changed=s.auth_changed)
     return Response(status_code=204)
 
 
@@ -115,7 +112,8 @@ async def agent_friend_request(request: Request) -> Response:
     data = await body(request, FriendRequestCreate)
     s = state(request)
     result, created = await social.request_friend(s.pool, s.settings, acting, data.to_agent_id,
-                                                  data.note, wakeup=s.wakeup)
+                                                  data.note, reach_changed=s.reach_changed,
+                                                  wakeup=s.wakeup)
     return json(result, 201 if created else 200)
 
 
@@ -125,7 +123,8 @@ async def agent_friend_accept(request: Request) -> Response:
     acting = await _acting_agent(request)
     s = state(request)
     return json(await social.accept_friend(s.pool, s.settings, acting,
-                                           request.path_params["request_id"], wakeup=s.wakeup))
+                                           request.path_params["request_id"],
+                                           reach_changed=s.reach_changed, wakeup=s.wakeup))
 
 
 @doc("Reject a friend request on behalf of one of your agents", response=FriendRequestOut,
@@ -139,7 +138,8 @@ async def agent_friend_reject(request: Request) -> Response:
 @doc("Remove a friend on behalf of one of your agents", auth="owner", status=204, tag="owners")
 async def agent_friend_remove(request: Request) -> Response:
     acting = await _acting_agent(request)
-    await social.remove_friend(state(request).pool, acting, request.path_params["friend_id"])
+    await social.remove_friend(state(request).pool, acting, request.path_params["friend_id"],
+                               reach_changed=state(request).reach_changed)
     return Response(status_code=204)
 
 
@@ -169,7 +169,7 @@ async def delete_group(request: Request) -> Response:
     me = await owner(request)
     s = state(request)
     await social.delete_group(s.pool, s.settings, me, request.path_params["group_id"],
-                              wakeup=s.wakeup)
+                              reach_changed=s.reach_changed, wakeup=s.wakeup)
     return Response(status_code=204)
 
 
@@ -182,7 +182,7 @@ async def add_member(request: Request) -> Response:
     s = state(request)
     result, created = await social.add_member(s.pool, s.settings, me,
                                               request.path_params["group_id"], data.agent_id,
-                                              data.role, wakeup=s.wakeup)
+                                              data.role, reach_changed=s.reach_changed, wakeup=s.wakeup)
     return json(result, 201 if created else 200)
 
 
@@ -191,7 +191,8 @@ async def remove_member(request: Request) -> Response:
     me = await owner(request)
     s = state(request)
     await social.remove_member(s.pool, s.settings, me, request.path_params["group_id"],
-                               request.path_params["agent_id"], wakeup=s.wakeup)
+                               request.path_params["agent_id"], reach_changed=s.reach_changed,
+                               wakeup=s.wakeup)
     return Response(status_code=204)
 
 

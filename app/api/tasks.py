@@ -21,7 +21,8 @@ async def create_task(request: Request) -> Response:
     me = await agent(request)
     data = await body(request, TaskCreate)
     s = state(request)
-    result, created = await tasks.create_task(s.pool, s.settings, me, data, wakeup=s.wakeup)
+    result, created = await tasks.create_task(s.pool, s.settings, me, data, wakeup=s.wakeup,
+                                               reach=s.reach)
     return json(result, 201 if created else 200)
 
 

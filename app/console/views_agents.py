@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import json
 from typing import Any
 
@@ -11,7 +10,6 @@ from starlette.responses import Response
 from app.console.owned import my_agents
 from app.console.web import ActionError, Ctx, action, back, page, validated
 from app.errors import Problem
-from app.inbox_hub import publish_auth_change
 from app.responses import AgentOut, NewKey
 from app.schemas import AgentCreate, AgentPatch
 from app.services import accounts
@@ -88,7 +86,7 @@ async def confirm_delete(ctx: Ctx) -> Response:
 @action("delete-agent", agent_page)
 async def delete_agent(ctx: Ctx) -> Response:
     await accounts.delete_agent(ctx.state.pool, ctx.owner, ctx.path("agent_id"),
-                                auth_changed=functools.partial(publish_auth_change, ctx.state.redis))
+                                auth_changed=ctx.state.auth_changed)
     return back("/console/agents?deleted=1")
 
 
@@ -103,5 +101,5 @@ async def create_key(ctx: Ctx) -> Response:
 async def revoke_key(ctx: Ctx) -> Response:
     agent_id = ctx.path("agent_id")
     await accounts.revoke_key(ctx.state.pool, ctx.owner, agent_id, ctx.path("key_id"),
-                              auth_changed=functools.partial(publish_auth_change, ctx.state.redis))
+                              auth_changed=ctx.state.auth_changed)
     return back(f"/console/agents/{agent_id}?revoked=1")

@@ -31,7 +31,7 @@ async def send_request(ctx: Ctx) -> Response:
                                            "note": ctx.form.get("note") or None})
     s = ctx.state
     await social.request_friend(s.pool, s.settings, who, body.to_agent_id, body.note,
-                                wakeup=s.wakeup)
+                                reach_changed=s.reach_changed, wakeup=s.wakeup)
     return back("/console/friends?sent=1")
 
 
@@ -43,7 +43,8 @@ async def answer_request(ctx: Ctx) -> Response:
     if verb not in ("accept", "reject"):
         raise Problem(404, f"no such answer '{verb}'; accept or reject")
     if verb == "accept":
-        await social.accept_friend(s.pool, s.settings, who, ctx.path("request_id"), wakeup=s.wakeup)
+        await social.accept_friend(s.pool, s.settings, who, ctx.path("request_id"),
+                                   reach_changed=s.reach_changed, wakeup=s.wakeup)
     else:
         await social.reject_friend(s.pool, who, ctx.path("request_id"))
     return back("/console/friends")
@@ -52,7 +53,8 @@ async def answer_request(ctx: Ctx) -> Response:
 @action("friend-remove", friends_page)
 async def remove_friend(ctx: Ctx) -> Response:
     who = await actor(ctx, ctx.path("agent_id"))
-    await social.remove_friend(ctx.state.pool, who, ctx.path("friend_id"))
+    await social.remove_friend(ctx.state.pool, who, ctx.path("friend_id"),
+                               reach_changed=ctx.state.reach_changed)
     return back("/console/friends")
 
 
@@ -98,7 +100,7 @@ async def add_member(ctx: Ctx) -> Response:
                                       "role": ctx.form.get("role") or "member"})
     s = ctx.state
     await social.add_member(s.pool, s.settings, ctx.owner, group_id, body.agent_id, body.role,
-                            wakeup=s.wakeup)
+                            reach_changed=s.reach_changed, wakeup=s.wakeup)
     return back(f"/console/groups/{group_id}")
 
 
@@ -107,12 +109,13 @@ async def remove_member(ctx: Ctx) -> Response:
     group_id = ctx.path("group_id")
     s = ctx.state
     await social.remove_member(s.pool, s.settings, ctx.owner, group_id, ctx.path("agent_id"),
-                               wakeup=s.wakeup)
+                               reach_changed=s.reach_changed, wakeup=s.wakeup)
     return back(f"/console/groups/{group_id}")
 
 
 @action("delete-group", group_page)
 async def delete_group(ctx: Ctx) -> Response:
     s = ctx.state
-    await social.delete_group(s.pool, s.settings, ctx.owner, ctx.path("group_id"), wakeup=s.wakeup)
+    await social.delete_group(s.pool, s.settings, ctx.owner, ctx.path("group_id"),
+                              reach_changed=s.reach_changed, wakeup=s.wakeup)
     return back("/console/groups")

@@ -13,6 +13,7 @@ from app.errors import Problem, conflict, forbidden, not_found, unauthorized
 from app.responses import AgentList, AgentOut, AgentToken, KeyInfo, NewKey, OwnerToken, Registered
 from app.schemas import AgentCreate, AgentPatch
 from app.services.kdf import Kdf
+from app.services.principal_cache import PrincipalCache
 from app.services.principals import Agent, Owner
 from app.settings import Settings
 from app.store import agents as agents_store
@@ -66,9 +67,17 @@ async def exchange_api_key(pool: asyncpg.Pool, settings: Settings, api_key: str)
                       agent_id=row["agent_id"])
 
 
-async def resolve(pool: asyncpg.Pool, settings: Settings, token: str) -> Owner | Agent:
-    """Validate a bearer token and check, every time, that what it names still
-    exists and is not revoked — so revocation takes effect at once."""
+async def resolve(pool: asyncpg.Pool, settings: Settings, token: str, *,
+                  cache: PrincipalCache | None = None) -> Owner | Agent:
+    """Validate a bearer token and check that what it names still exists and is
+    not revoked. With ``cache``, a token that passed is not checked again until a
+    credential notice drops it (a revocation reaches every web process at once)."""
+    if cache is not None:
+        return await cache.resolve(token, functools.partial(_resolve, pool, settings, token))
+    return await _resolve(pool, settings, token)
+
+
+async def _resolve(pool: asyncpg.Pool, settings: Settings, token: str) -> Owner | Agent:
     try:
         claims = security.decode_token(settings, token)
     except security.TokenError as exc:
@@ -97,10 +106,16 @@ async def still_valid(pool: asyncpg.Pool, who: Agent) -> bool:
     return await keys_store.live_agent(pool, who.key_id, who.agent_id) is not None
 
 
-async def virtual_user_of(pool: asyncpg.Pool, owner: Owner) -> Agent:
+async def virtual_user_of(pool: asyncpg.Pool, owner: Owner, *,
+                          cache: PrincipalCache | None = None) -> Agent:
     agent_id = ids.agent_id_of(ids.VIRTUAL_USER_NAME, owner.username)
-    row = await agents_store.get(pool, agent_id)
-    if row is None:  # only if someone deleted it by hand
+
+    async def exists() -> bool:
+        return await agents_store.get(pool, agent_id) is not None
+
+    found = await (cache.virtual_user_exists(agent_id, exists) if cache is not None
+                   else exists())
+    if not found:  # only if someone deleted it by hand
         raise Problem(500, f"the virtual-user agent '{agent_id}' is missing")
     return Agent(agent_id, owner.user_id, "virtual-user", expires_at=owner.expires_at)
 

@@ -22,6 +22,7 @@ from app.responses import (
     RosterEntry,
 )
 from app.services.principals import Agent, Owner
+from app.services.reach_cache import ReachChanged
 from app.settings import Settings
 from app.store import agents as agents_store
 from app.store import directory as directory_store
@@ -45,10 +46,13 @@ async def _notify(tx: Writes, event: NewEvent) -> None:
 # --- friends -----------------------------------------------------------------------
 
 async def request_friend(pool: asyncpg.Pool, settings: Settings, me: Agent, to: str,
-                         note: str | None, *,
+                         note: str | None, *, reach_changed: ReachChanged,
                          wakeup: Wakeup | None = None) -> tuple[FriendRequestOut, bool]:
     """Returns (request, created). A request to an agent that already asked us
-    accepts theirs: both sides want the friendship."""
+    accepts theirs: both sides want the friendship.
+
+    Every write here that changes who may reach whom runs ``reach_changed()``
+    after its commit (the web processes' relationship caches, app.services.reach_cache)."""
     if to == me.agent_id:
         raise bad_request("an agent cannot befriend itself")
     async with writes(pool, topic=settings.bus_topic, wakeup=wakeup) as tx:
@@ -57,7 +61,7 @@ async def request_friend(pool: asyncpg.Pool, settings: Settings, me: Agent, to: 
             raise not_found(f"unknown agent '{to}'")
         existing = await social_store.get_friendship(conn, me.agent_id, to)
         if existing is not None:
-            return await _answer_existing(tx, me, to, existing), False
+            return await _answer_existing(tx, me, to, existing, reach_changed), False
         await _check_pending_limit(conn, settings, me)
         row = await social_store.create_request(conn, ids.new_request_id(), me.agent_id, to,
                                                 note or "")
@@ -69,7 +73,7 @@ async def request_friend(pool: asyncpg.Pool, settings: Settings, me: Agent, to: 
             if existing is None:  # …and already gone again (rejected, removed)
                 raise conflict(f"a friend request between '{me.agent_id}' and '{to}' changed "
                                "concurrently; retry")
-            return await _answer_existing(tx, me, to, existing), False
+            return await _answer_existing(tx, me, to, existing, reach_changed), False
         out = friend_request(row)
         await _notify(tx, NewEvent(
             agent_id=to, type="friend.request", from_agent_id=me.agent_id,
@@ -86,20 +90,22 @@ async def _check_pending_limit(conn: asyncpg.Connection, settings: Settings, me:
                       pending=pending, limit=settings.friend_requests_pending_max)
 
 
-async def _answer_existing(tx: Writes, me: Agent, to: str,
-                           existing: asyncpg.Record) -> FriendRequestOut:
+async def _answer_existing(tx: Writes, me: Agent, to: str, existing: asyncpg.Record,
+                           reach_changed: ReachChanged) -> FriendRequestOut:
     if existing["status"] == "accepted":
         raise conflict(f"'{me.agent_id}' and '{to}' are already friends",
                        request_id=existing["request_id"])
     if existing["requester"] == me.agent_id:
         raise conflict(f"a friend request to '{to}' is already pending",
                        request_id=existing["request_id"])
-    return await _accept(tx, existing)
+    return await _accept(tx, existing, reach_changed)
 
 
-async def _accept(tx: Writes, pending: asyncpg.Record) -> FriendRequestOut:
+async def _accept(tx: Writes, pending: asyncpg.Record,
+                  reach_changed: ReachChanged) -> FriendRequestOut:
     row = await social_store.accept(tx.conn, pending["request_id"])
     assert row is not None
+    tx.after_commit(reach_changed)
     out = friend_request(row)
     await _notify(tx, NewEvent(
         agent_id=row["requester"], type="friend.accepted", from_agent_id=out.to_agent_id,
@@ -119,9 +125,10 @@ async def _pending_for(conn: asyncpg.Connection, me: Agent, request_id: str) -> 
 
 
 async def accept_friend(pool: asyncpg.Pool, settings: Settings, me: Agent, request_id: str,
-                        *, wakeup: Wakeup | None = None) -> FriendRequestOut:
+                        *, reach_changed: ReachChanged,
+                        wakeup: Wakeup | None = None) -> FriendRequestOut:
     async with writes(pool, topic=settings.bus_topic, wakeup=wakeup) as tx:
-        return await _accept(tx, await _pending_for(tx.conn, me, request_id))
+        return await _accept(tx, await _pending_for(tx.conn, me, request_id), reach_changed)
 
 
 async def reject_friend(pool: asyncpg.Pool, me: Agent, request_id: str) -> FriendRequestOut:
@@ -131,9 +138,11 @@ async def reject_friend(pool: asyncpg.Pool, me: Agent, request_id: str) -> Frien
         return friend_request(row, status="rejected")
 
 
-async def remove_friend(pool: asyncpg.Pool, me: Agent, other: str) -> None:
+async def remove_friend(pool: asyncpg.Pool, me: Agent, other: str, *,
+                        reach_changed: ReachChanged) -> None:
     if not await social_store.delete_friendship(pool, me.agent_id, other):
         raise not_found(f"'{other}' is not a friend of '{me.agent_id}'")
+    await reach_changed()  # the delete committed on its own
 
 
 async def list_friends(pool: asyncpg.Pool, me: Agent) -> Friends:
@@ -175,7 +184,7 @@ async def _owned_group(conn: asyncpg.Connection | asyncpg.Pool, owner: Owner,
 
 
 async def add_member(pool: asyncpg.Pool, settings: Settings, owner: Owner, group_id: str,
-                     agent_id: str, role: str, *,
+                     agent_id: str, role: str, *, reach_changed: ReachChanged,
                      wakeup: Wakeup | None = None) -> tuple[Membership, bool]:
     async with writes(pool, topic=settings.bus_topic, wakeup=wakeup) as tx:
         conn = tx.conn
@@ -192,6 +201,7 @@ async def add_member(pool: asyncpg.Pool, settings: Settings, owner: Owner, group
                             "of your agents; befriend it first")
         row = await social_store.add_member(conn, group_id, agent_id, role)
         if row["inserted"]:
+            tx.after_commit(reach_changed)
             await _notify(tx, NewEvent(
                 agent_id=agent_id, type="group.notice", from_agent_id=None,
                 payload={"group_id": group_id, "name": group["name"], "notice": "added",
@@ -200,11 +210,13 @@ async def add_member(pool: asyncpg.Pool, settings: Settings, owner: Owner, group
 
 
 async def remove_member(pool: asyncpg.Pool, settings: Settings, owner: Owner, group_id: str,
-                        agent_id: str, *, wakeup: Wakeup | None = None) -> None:
+                        agent_id: str, *, reach_changed: ReachChanged,
+                        wakeup: Wakeup | None = None) -> None:
     async with writes(pool, topic=settings.bus_topic, wakeup=wakeup) as tx:
         group = await _owned_group(tx.conn, owner, group_id)
         if not await social_store.remove_member(tx.conn, group_id, agent_id):
             raise not_found(f"'{agent_id}' is not a member of '{group_id}'")
+        tx.after_commit(reach_changed)
         await tx.append([NewEvent(
             agent_id=agent_id, type="group.notice", from_agent_id=None,
             payload={"group_id": group_id, "name": group["name"], "notice": "removed"})],
@@ -223,11 +235,13 @@ async def owner_group(pool: asyncpg.Pool, owner: Owner, group_id: str) -> GroupW
 
 
 async def delete_group(pool: asyncpg.Pool, settings: Settings, owner: Owner, group_id: str,
-                       *, wakeup: Wakeup | None = None) -> None:
+                       *, reach_changed: ReachChanged,
+                       wakeup: Wakeup | None = None) -> None:
     """Delete a group and tell its members (one group.notice each) in the same
     transaction: members learn they no longer share it."""
     async with writes(pool, topic=settings.bus_topic, wakeup=wakeup) as tx:
         group = await _owned_group(tx.conn, owner, group_id)
+        tx.after_commit(reach_changed)
         members = await social_store.member_ids(tx.conn, group_id)
         await social_store.delete_group(tx.conn, group_id, owner.user_id)
         await tx.append([

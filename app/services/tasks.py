@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 from datetime import UTC, datetime
 from typing import Any
 
@@ -29,6 +30,7 @@ from app.schemas import ArtifactIn, MessageIn, StatusChange, TaskCreate, dump_pa
 from app.services import broadcasts
 from app.services.hashing import content_hash
 from app.services.principals import Agent
+from app.services.reach_cache import ReachCache
 from app.services.replay import Replay, message_id_reused, same_request
 from app.settings import Settings
 from app.store import inbox as inbox_store
@@ -48,10 +50,11 @@ def _other(agent_id: str, task: asyncpg.Record | dict[str, Any]) -> str:
 # --- create ------------------------------------------------------------------------
 
 async def check_can_message(conn: asyncpg.Connection | asyncpg.Pool, sender: str,
-                            recipient: str) -> None:
+                            recipient: str, *, reach: ReachCache | None = None) -> None:
     if sender == recipient:
         raise bad_request("an agent cannot send a task to itself")
-    rel = await social_store.relationship(conn, sender, recipient)
+    load = functools.partial(social_store.relationship, conn, sender, recipient)
+    rel = await (reach.relationship(sender, recipient, load) if reach is not None else load())
     if not rel.both_exist:  # the sender is authenticated, so the recipient is missing
         raise not_found(f"unknown agent '{recipient}'")
     if not can_communicate(rel):
@@ -60,9 +63,11 @@ async def check_can_message(conn: asyncpg.Connection | asyncpg.Pool, sender: str
 
 
 async def create_task(pool: asyncpg.Pool, settings: Settings, me: Agent, body: TaskCreate, *,
-                      wakeup: Wakeup | None = None) -> tuple[TaskWithMessage, bool]:
+                      wakeup: Wakeup | None = None,
+                      reach: ReachCache | None = None) -> tuple[TaskWithMessage, bool]:
     """Returns (task with its first message, created?). created=False is an
-    idempotent retry of the same message_id with the same content."""
+    idempotent retry of the same message_id with the same content. ``reach``: the
+    web process's relationship cache (else Postgres is asked)."""
     msg = body.message
     message_id = msg.message_id or ids.new_message_id(me.agent_id)
     parts = dump_parts(msg.parts)
@@ -73,17 +78,14 @@ async def create_task(pool: asyncpg.Pool, settings: Settings, me: Agent, body: T
     context_id = body.context_id or ids.new_context_id(me.agent_id)
     try:
         async with writes(pool, topic=settings.bus_topic, wakeup=wakeup) as tx:
-            await check_can_message(tx.conn, me.agent_id, body.to_agent_id)
-            task = await tasks_store.insert_task(
+            await check_can_message(tx.conn, me.agent_id, body.to_agent_id, reach=reach)
+            task, message = await tasks_store.insert_task_with_message(
                 tx.conn, task_id=task_id, context_id=context_id, initiator=me.agent_id,
-                serving_agent=body.to_agent_id)
+                serving_agent=body.to_agent_id, message_id=message_id, parts=parts,
+                metadata=msg.metadata, content_hash=fingerprint)
             if task is None:
                 raise await _replay_create(tx.conn, message_id, fingerprint, me.agent_id,
                                            task_id_unavailable(task_id))
-            message = await tasks_store.insert_message(
-                tx.conn, message_id=message_id, task_id=task_id, context_id=context_id,
-                sender=me.agent_id, recipient=body.to_agent_id, role="user", parts=parts,
-                metadata=msg.metadata, content_hash=fingerprint)
             if message is None:
                 raise await _replay_create(tx.conn, message_id, fingerprint, me.agent_id)
             task_out, message_out = TaskOut.of(task), MessageOut.of(message)
@@ -134,10 +136,15 @@ async def _emit(tx: Writes, event: NewEvent, *, message_id: str | None = None,
 async def _task_for(conn: asyncpg.Connection | asyncpg.Pool, agent_id: str, task_id: str, *,
                     for_update: bool = False) -> asyncpg.Record:
     task = await tasks_store.get(conn, task_id, for_update=for_update)
+    _check_participant(task, agent_id, task_id)
+    assert task is not None
+    return task
+
+
+def _check_participant(task: asyncpg.Record | None, agent_id: str, task_id: str) -> None:
     if task is None or not is_participant(agent_id, task["initiator"], task["serving_agent"]):
         # Same answer for "absent" and "not yours": existence is not disclosed.
         raise not_found(f"no task '{task_id}' that you take part in")
-    return task
 
 
 async def get_task(pool: asyncpg.Pool, me: Agent, task_id: str) -> TaskDetail:
@@ -210,21 +217,24 @@ async def append_message(pool: asyncpg.Pool, settings: Settings, me: Agent, task
     try:
         async with writes(pool, topic=settings.bus_topic, wakeup=wakeup) as tx:
             # The row lock orders this message against concurrent transitions, so a
-            # message never lands on a task that just became terminal.
-            task = await _task_for(tx.conn, me.agent_id, task_id, for_update=True)
-            existing = await tasks_store.get_message(tx.conn, me.agent_id, message_id)
+            # message never lands on a task that just became terminal. A retry's
+            # message comes with it (one round trip).
+            task, existing = await tasks_store.get_for_message(tx.conn, task_id, me.agent_id,
+                                                               message_id)
+            _check_participant(task, me.agent_id, task_id)
+            assert task is not None
             if existing is not None:
                 raise _replay_message(existing, fingerprint, me.agent_id)
             task_states.check_accepts_messages(task["state"])
             row = await _insert_message(tx, me, task, message_id, parts, body.metadata,
-                                        fingerprint)
-            await tasks_store.touch(tx.conn, task_id)
+                                        fingerprint, touch_task=True)
             return MessageOut.of(row), True
     except Replay as replay:
         return replay.result, False  # type: ignore[return-value]
 
 
-def _replay_message(existing: asyncpg.Record, fingerprint: str, sender: str) -> Exception:
+def _replay_message(existing: asyncpg.Record | dict[str, Any], fingerprint: str,
+                    sender: str) -> Exception:
     if same_request(existing, fingerprint, by=sender):
         return Replay(MessageOut.of(existing))
     return message_id_reused(existing["message_id"])
@@ -232,14 +242,16 @@ def _replay_message(existing: asyncpg.Record, fingerprint: str, sender: str) -> 
 
 async def _insert_message(tx: Writes, me: Agent, task: asyncpg.Record, message_id: str,
                           parts: list[dict[str, Any]], metadata: dict[str, Any] | None,
-                          fingerprint: str, *, emit: bool = True) -> asyncpg.Record:
+                          fingerprint: str, *, emit: bool = True,
+                          touch_task: bool = False) -> asyncpg.Record:
     """Store a message from ``me`` to the other side; ``emit`` sends it as a
-    ``task.message`` (a status change carries it in its ``task.status`` instead)."""
+    ``task.message`` (a status change carries it in its ``task.status`` instead);
+    ``touch_task`` moves the task's updated_at in the same statement."""
     recipient = _other(me.agent_id, task)
     row = await tasks_store.insert_message(
         tx.conn, message_id=message_id, task_id=task["task_id"], context_id=task["context_id"],
         sender=me.agent_id, recipient=recipient, role=_role(me.agent_id, task), parts=parts,
-        metadata=metadata, content_hash=fingerprint)
+        metadata=metadata, content_hash=fingerprint, touch_task=touch_task)
     if row is None:  # a concurrent request with the same message_id won the insert
         existing = await tasks_store.get_message(tx.conn, me.agent_id, message_id)
         assert existing is not None

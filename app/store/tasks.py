@@ -20,13 +20,53 @@ MESSAGE_COLUMNS = ("message_id, task_id, context_id, sender, recipient, role, pa
                    "content_hash, inbox_seq, created_at")
 
 
-async def insert_task(conn: Conn, *, task_id: str, context_id: str, initiator: str,
-                      serving_agent: str) -> asyncpg.Record | None:
-    """None when the task_id exists already."""
-    return await conn.fetchrow(
-        f"INSERT INTO tasks (task_id, context_id, initiator, serving_agent, state) "
+_MESSAGE_INSERT = ("INSERT INTO task_messages (message_id, task_id, context_id, sender, recipient, "
+                   "role, parts, metadata, content_hash)")
+# A message's columns beside a task's in one row, prefixed: both have task_id,
+# context_id and created_at.
+_M = "m_"
+_PREFIXED_MESSAGE = ", ".join(f"m.{c} AS {_M}{c}" for c in MESSAGE_COLUMNS.split(", "))
+
+
+def _split_message(row: asyncpg.Record) -> dict[str, Any] | None:
+    if row[f"{_M}message_id"] is None:
+        return None
+    return {c: row[f"{_M}{c}"] for c in MESSAGE_COLUMNS.split(", ")}
+
+
+async def insert_task_with_message(
+        conn: Conn, *, task_id: str, context_id: str, initiator: str, serving_agent: str,
+        message_id: str, parts: list[dict[str, Any]], metadata: dict[str, Any] | None,
+        content_hash: str) -> tuple[asyncpg.Record | None, dict[str, Any] | None]:
+    """A new task and its first message (from the initiator, role ``user``) in one
+    statement. (None, None) when the task_id exists already; (task, None) when the
+    message_id does (the caller rolls back: a retry or a conflict)."""
+    row = await conn.fetchrow(
+        f"WITH t AS (INSERT INTO tasks (task_id, context_id, initiator, serving_agent, state) "
         f"VALUES ($1, $2, $3, $4, $5) ON CONFLICT (task_id) DO NOTHING "
-        f"RETURNING {TASK_COLUMNS}", task_id, context_id, initiator, serving_agent, INITIAL)
+        f"RETURNING {TASK_COLUMNS}), "
+        f"m AS ({_MESSAGE_INSERT} SELECT $6, t.task_id, t.context_id, t.initiator, "
+        f"t.serving_agent, 'user', $7, $8, $9 FROM t "
+        f"ON CONFLICT (sender, message_id) DO NOTHING RETURNING {MESSAGE_COLUMNS}) "
+        f"SELECT t.*, {_PREFIXED_MESSAGE} FROM t LEFT JOIN m ON true",
+        task_id, context_id, initiator, serving_agent, INITIAL, message_id, parts, metadata,
+        content_hash)
+    if row is None:
+        return None, None
+    return row, _split_message(row)
+
+
+async def get_for_message(conn: Conn, task_id: str, sender: str,
+                          message_id: str) -> tuple[asyncpg.Record | None, dict[str, Any] | None]:
+    """The task, locked for an appended message, and the message ``sender`` may
+    already have stored under ``message_id`` (a retry), in one round trip."""
+    row = await conn.fetchrow(
+        f"SELECT {', '.join(f't.{c}' for c in TASK_COLUMNS.split(', '))}, {_PREFIXED_MESSAGE} "
+        f"FROM tasks t LEFT JOIN task_messages m ON m.sender = $2 AND m.message_id = $3 "
+        f"WHERE t.task_id = $1 FOR UPDATE OF t", task_id, sender, message_id)
+    if row is None:
+        return None, None
+    return row, _split_message(row)
 
 
 async def get(conn: Conn, task_id: str, *, for_update: bool = False) -> asyncpg.Record | None:
@@ -57,13 +97,18 @@ async def compare_and_set_state(conn: Conn, task_id: str, expected: str, new: st
 
 async def insert_message(conn: Conn, *, message_id: str, task_id: str, context_id: str,
                          sender: str, recipient: str, role: str, parts: list[dict[str, Any]],
-                         metadata: dict[str, Any] | None, content_hash: str) -> asyncpg.Record | None:
-    """None when message_id exists already (the caller decides: retry or conflict)."""
+                         metadata: dict[str, Any] | None, content_hash: str,
+                         touch_task: bool = False) -> asyncpg.Record | None:
+    """None when message_id exists already (the caller decides: retry or conflict).
+    ``touch_task``: the task's updated_at moves too, in the same statement."""
+    insert = (f"{_MESSAGE_INSERT} VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) "
+              f"ON CONFLICT (sender, message_id) DO NOTHING RETURNING {MESSAGE_COLUMNS}")
+    if touch_task:
+        insert = (f"WITH m AS ({insert}), touched AS (UPDATE tasks SET updated_at = now() "
+                  f"WHERE task_id = $2 AND EXISTS (SELECT 1 FROM m)) SELECT * FROM m")
     return await conn.fetchrow(
-        f"INSERT INTO task_messages (message_id, task_id, context_id, sender, recipient, role, "
-        f"parts, metadata, content_hash) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) "
-        f"ON CONFLICT (sender, message_id) DO NOTHING RETURNING {MESSAGE_COLUMNS}",
-        message_id, task_id, context_id, sender, recipient, role, parts, metadata, content_hash)
+        insert, message_id, task_id, context_id, sender, recipient, role, parts, metadata,
+        content_hash)
 
 
 async def get_message(conn: Conn, sender: str, message_id: str) -> asyncpg.Record | None:

@@ -1,0 +1,92 @@
+"""Postgres round trips per send on the web path (issue 13 item 2), counted on
+the one connection of a pool with asyncpg's query logger: every statement the
+driver sends (BEGIN and COMMIT included) is one round trip."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import asyncpg
+import pytest
+
+from app.db import create_pool
+from app.schemas import MessageIn, TaskCreate
+from app.services import accounts
+from app.services import tasks as tasks_service
+from app.services.principal_cache import PrincipalCache
+from app.services.reach_cache import ReachCache
+from app.settings import Settings
+from tests.support.meshapi import MeshFactory
+
+
+class Woken:
+    """The web process's coalescing relay wake-up (app.relay_wakeup) stands here: its
+    NOTIFYs are a few per burst, not one per send, and not on the send's path."""
+
+    def __init__(self) -> None:
+        self.times = 0
+
+    def wake(self) -> None:
+        self.times += 1
+
+
+class Statements:
+    def __init__(self) -> None:
+        self.sent: list[str] = []
+
+    def __call__(self, record: asyncpg.connection.LoggedQuery) -> None:
+        self.sent.append(" ".join(record.query.split())[:80])
+
+    def take(self) -> list[str]:
+        sent, self.sent = self.sent, []
+        return sent
+
+
+@pytest.fixture
+async def counted(migrated: Settings) -> AsyncIterator[tuple[asyncpg.Pool, Statements]]:
+    pool = await create_pool(migrated, min_size=1, max_size=1)
+    statements = Statements()
+    async with pool.acquire() as conn:
+        conn.add_query_logger(statements)
+    yield pool, statements
+    await pool.close()
+
+
+def _text(text: str) -> dict[str, object]:
+    return {"parts": [{"kind": "text", "text": text}]}
+
+
+async def test_round_trips_per_send(mesh: MeshFactory, migrated: Settings,
+                                    counted: tuple[asyncpg.Pool, Statements]) -> None:
+    pool, statements = counted
+    a, b = await mesh.pair()
+    principals, reach = PrincipalCache(100, 600), ReachCache(100, 600)
+    woken = Woken()
+
+    me = await accounts.resolve(pool, migrated, a.token, cache=principals)
+    assert len(statements.take()) == 1  # the first request of a token asks Postgres
+    assert await accounts.resolve(pool, migrated, a.token, cache=principals) == me
+    assert statements.take() == []  # …the next ones do not
+
+    create = TaskCreate.model_validate({"to_agent_id": b.agent_id, "message": _text("one")})
+    await tasks_service.create_task(pool, migrated, me, create, reach=reach,
+                                    wakeup=woken)
+    first = statements.take()
+    create = TaskCreate.model_validate({"to_agent_id": b.agent_id, "message": _text("two")})
+    task, created = await tasks_service.create_task(pool, migrated, me, create, reach=reach,
+                                                    wakeup=woken)
+    assert created
+    warm = statements.take()
+    print(f"create: {len(first)} round trips cold, {len(warm)} warm: {warm}")
+    assert not any("friendships" in q for q in warm)  # the relationship came from memory
+    assert any("friendships" in q for q in first)
+    assert len(warm) <= 4, warm  # BEGIN, task + message, inbox + outbox, COMMIT
+
+    them = await accounts.resolve(pool, migrated, b.token, cache=principals)
+    statements.take()
+    await tasks_service.append_message(pool, migrated, them, task.task_id,
+                                       MessageIn.model_validate(_text("reply")), wakeup=woken)
+    appended = statements.take()
+    print(f"message: {len(appended)} round trips: {appended}")
+    assert len(appended) <= 5, appended
+    assert woken.times == 3  # BEGIN, task + replay check, message, events, COMMIT
