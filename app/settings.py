@@ -107,6 +107,12 @@ class Settings(BaseSettings):
     # Open SSE streams per agent per web process; past it 429 (0: no cap).
     sse_max_streams_per_agent: int = 32
 
+    # --- delivery receipts (issue 13 item 2, ADR 021) -----------------------
+    # Hand-overs to a client are marked `delivered` in one UPDATE per web process
+    # every MESH_RECEIPT_FLUSH_MS, or sooner once MESH_RECEIPT_FLUSH_MAX are queued.
+    receipt_flush_ms: int = 50
+    receipt_flush_max: int = 500
+
     @property
     def bus_kind(self) -> Literal["kafka", "nats", "redis"]:
         if self.bus == "auto":

@@ -47,6 +47,9 @@ class State:
     kdf: Any = None
     # app.stream_slots.StreamSlots: open SSE streams per agent in this process.
     sse_slots: Any = None
+    # app.inbox_hub.CommitNotices and app.services.inbox.ReceiptBatcher (ADR 021).
+    commit_notices: Any = None
+    receipts: Any = None
 
 
 def state(request: Request) -> State:

@@ -1,8 +1,12 @@
-"""Reading the inbox from Postgres (long-poll) and acknowledging it."""
+"""Reading the inbox from Postgres (long-poll), acknowledging it, and the
+delivery receipts of both long-poll and SSE."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import functools
+import logging
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -11,12 +15,15 @@ import asyncpg
 
 from app.errors import not_found, unauthorized
 from app.event_wire import WireEvent, encode_page
-from app.inbox_hub import InboxHub
+from app.inbox_hub import LONG_POLL, InboxHub
 from app.metrics import E2E_LATENCY, LONGPOLL_WAITING
+from app.retry import Backoff
 from app.services import accounts
 from app.services.principals import Agent
 from app.store import agents as agents_store
 from app.store import inbox as inbox_store
+
+log = logging.getLogger("mesh.receipts")
 
 
 async def start_cursor(pool: asyncpg.Pool, agent_id: str, after: int | None = None) -> int:
@@ -30,12 +37,117 @@ async def start_cursor(pool: asyncpg.Pool, agent_id: str, after: int | None = No
 
 
 async def record_delivery(pool: asyncpg.Pool, agent_id: str, events: list[WireEvent]) -> None:
-    """Receipts and the e2e latency histogram, once per event (first hand-over)."""
+    """Receipts and the e2e latency histogram, once per event (first hand-over).
+
+    In a web process the :class:`ReceiptBatcher` of ``pool`` queues the hand-over
+    and returns at once; elsewhere (no batcher started) it is marked right away."""
     if not events:
+        return
+    batcher = _BATCHERS.get(id(pool))
+    if batcher is not None:
+        batcher.add(agent_id, events[0].seq, events[-1].seq)
         return
     for latency in await inbox_store.mark_delivered(pool, agent_id, events[0].seq,
                                                     events[-1].seq):
         E2E_LATENCY.observe(max(latency, 0.0))
+
+
+# The started batcher of each pool (by id: one per web process), found by
+# record_delivery so its callers — long-poll here, SSE in app.services.inbox_stream —
+# need not carry it.
+_BATCHERS: dict[int, ReceiptBatcher] = {}
+
+
+class ReceiptBatcher:
+    """Marks a web process's hand-overs ``delivered`` in ONE statement per
+    ``flush_ms`` (or per ``flush_max`` hand-overs), off the request path.
+
+    Receipts are best effort (ADR 021): a process that dies between a hand-over
+    and the next flush loses at most that interval's marks — those receipts stay
+    ``queued`` until the events are handed over again (the client resumes from
+    its acked cursor) or acked, which reports them ``acked``. A graceful
+    shutdown flushes (:meth:`stop`). While Postgres is unreachable the queue is
+    kept, up to ``KEEP_BATCHES`` batches; beyond that the oldest marks are dropped."""
+
+    KEEP_BATCHES = 20
+
+    def __init__(self, pool: asyncpg.Pool, *, flush_ms: int, flush_max: int) -> None:
+        self._pool = pool
+        self._interval = flush_ms / 1000
+        self._max = max(flush_max, 1)
+        # (agent_id, first seq, last seq, monotonic time of the hand-over)
+        self._queue: list[tuple[str, int, int, float]] = []
+        self._queued = asyncio.Event()
+        self._full = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self.flushes = 0
+
+    def add(self, agent_id: str, first_seq: int, last_seq: int) -> None:
+        self._queue.append((agent_id, first_seq, last_seq, time.monotonic()))
+        self._queued.set()
+        if len(self._queue) >= self._max:
+            self._full.set()
+
+    async def start(self) -> None:
+        _BATCHERS[id(self._pool)] = self
+        self._task = asyncio.create_task(self._run(), name="receipts")
+
+    async def stop(self) -> None:
+        """Stop queueing (later hand-overs are marked directly) and flush the rest."""
+        if _BATCHERS.get(id(self._pool)) is self:
+            del _BATCHERS[id(self._pool)]
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        try:
+            await self.flush()
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            log.warning("could not record %d delivery receipts at shutdown (%s); they stay "
+                        "'queued' until handed over again or acked", len(self._queue), exc)
+
+    async def flush(self) -> None:
+        batch, self._queue = self._queue, []
+        self._queued.clear()
+        self._full.clear()
+        if not batch:
+            return
+        now = time.monotonic()
+        handovers = [(agent, first, last, max(now - at, 0.0)) for agent, first, last, at in batch]
+        try:
+            async with self._pool.acquire() as conn:
+                latencies = await inbox_store.mark_delivered_many(conn, handovers)
+        except BaseException:
+            self._requeue(batch)  # marking is idempotent: a retry skips what got through
+            raise
+        self.flushes += 1
+        for latency in latencies:
+            E2E_LATENCY.observe(max(latency, 0.0))
+
+    def _requeue(self, batch: list[tuple[str, int, int, float]]) -> None:
+        queue = batch + self._queue
+        keep = self._max * self.KEEP_BATCHES
+        if len(queue) > keep:
+            log.warning("dropping %d delivery receipts queued while Postgres was unreachable",
+                        len(queue) - keep)
+            queue = queue[-keep:]
+        self._queue = queue
+        self._queued.set()
+
+    async def _run(self) -> None:
+        backoff = Backoff("receipts", logger=log)
+        while True:
+            await self._queued.wait()
+            # Let the batch fill for one interval, unless it is full already.
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self._interval):
+                    await self._full.wait()
+            try:
+                await self.flush()
+                backoff.reset()
+            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+                await backoff.wait(f"could not record delivery receipts ({exc})")
 
 
 async def read(pool: asyncpg.Pool, hub: InboxHub, me: Agent, *, after: int | None,
@@ -61,7 +173,7 @@ async def _wait_for_events(pool: asyncpg.Pool, hub: InboxHub, agent_id: str, aft
                            still_valid: Callable[[], Awaitable[bool]]) -> list[WireEvent]:
     deadline = time.monotonic() + wait
     with LONGPOLL_WAITING.track_inprogress():
-        async with hub.watch(agent_id) as waiter:
+        async with hub.watch(agent_id, LONG_POLL) as waiter:
             # Re-check after registering: an event committed between the first read
             # and the registration would otherwise wait for the next one.
             events = await inbox_store.after(pool, agent_id, after, limit)
