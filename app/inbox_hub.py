@@ -178,23 +178,30 @@ class CommitNotices:
     """The web process's publisher of commit notices (app.delivery.commit_notice).
 
     :meth:`add` is called by the write unit of work after each commit and never
-    blocks; one background task sends everything added since its previous round
-    as ONE pipeline (one round trip), so a burst of commits costs a few
-    pipelines, not a PUBLISH per recipient. A publish that fails is logged and
+    blocks: it wakes this process's own long-polls at once (``hub``), and one
+    background task sends everything added since its previous round as ONE
+    pipeline (one round trip) for the other processes, so a burst of commits
+    costs a few pipelines, not a PUBLISH per recipient. (This process hears its
+    own notices too; the second wake-up finds its long-polls answered or
+    re-reads once.) A publish that fails is logged and
     retried with backoff — meanwhile long-polls still wake from the push
     worker's notice or their own periodic re-read, so a lost notice delays an
     answer, never loses it.
     """
 
-    def __init__(self, redis: aioredis.Redis) -> None:
+    def __init__(self, redis: aioredis.Redis, hub: InboxHub | None = None) -> None:
         self._redis = redis
+        self._hub = hub
         self._pending: set[str] = set()
         self._ready = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self.published = 0  # pipelines sent (for tests and the bench)
 
     def add(self, agent_ids: Iterable[str]) -> None:
-        self._pending.update(agent_ids)
+        for agent_id in agent_ids:
+            self._pending.add(agent_id)
+            if self._hub is not None:
+                self._hub.wake(agent_id, committed=True)
         if self._pending:
             self._ready.set()
 

@@ -82,7 +82,7 @@ def create_app(settings: Settings | None = None) -> Starlette:
         await hub.start()
         limiter = RateLimiter(redis, settings) if settings.ratelimit_enabled else None
         # Commit notices and batched receipts: issue 13 items 4 and 2 (ADR 021).
-        notices = CommitNotices(redis)
+        notices = CommitNotices(redis, hub)
         receipts = ReceiptBatcher(pool, flush_ms=settings.receipt_flush_ms,
                                   flush_max=settings.receipt_flush_max)
         await notices.start()

@@ -49,7 +49,7 @@ class State:
     sse_slots: Any = None
     # app.inbox_hub.CommitNotices and app.services.inbox.ReceiptBatcher (ADR 021).
     commit_notices: Any = None
-    receipts: Any = None
+    receipts: Any = None  # the long-poll passes it to inbox.record_delivery
 
 
 def state(request: Request) -> State:

@@ -36,25 +36,31 @@ async def start_cursor(pool: asyncpg.Pool, agent_id: str, after: int | None = No
     return max(start, int(row["inbox_floor"]))
 
 
-async def record_delivery(pool: asyncpg.Pool, agent_id: str, events: list[WireEvent]) -> None:
+async def record_delivery(receipts: asyncpg.Pool | ReceiptBatcher, agent_id: str,
+                          events: list[WireEvent]) -> None:
     """Receipts and the e2e latency histogram, once per event (first hand-over).
 
-    In a web process the :class:`ReceiptBatcher` of ``pool`` queues the hand-over
-    and returns at once; elsewhere (no batcher started) it is marked right away."""
+    A :class:`ReceiptBatcher` (the web process's) queues the hand-over and returns
+    at once; a pool marks it right away — unless a batcher was started on that
+    pool (see ``_BATCHERS``)."""
     if not events:
         return
-    batcher = _BATCHERS.get(id(pool))
-    if batcher is not None:
-        batcher.add(agent_id, events[0].seq, events[-1].seq)
-        return
-    for latency in await inbox_store.mark_delivered(pool, agent_id, events[0].seq,
-                                                    events[-1].seq):
-        E2E_LATENCY.observe(max(latency, 0.0))
+    if not isinstance(receipts, ReceiptBatcher):
+        batcher = _BATCHERS.get(id(receipts))
+        if batcher is None:
+            for latency in await inbox_store.mark_delivered(receipts, agent_id,
+                                                            events[0].seq, events[-1].seq):
+                E2E_LATENCY.observe(max(latency, 0.0))
+            return
+        receipts = batcher
+    receipts.add(agent_id, events[0].seq, events[-1].seq)
 
 
-# The started batcher of each pool (by id: one per web process), found by
-# record_delivery so its callers — long-poll here, SSE in app.services.inbox_stream —
-# need not carry it.
+# A bridge, not the design (ADR 012 rejects registries keyed by pool): the SSE
+# stream (app.services.inbox_stream, being rewritten for issue 13 item 5) still
+# calls record_delivery with its pool, so a started batcher registers here to
+# catch those calls. Once that caller passes the State's ``receipts`` like the
+# long-poll does, this goes (ADR 021).
 _BATCHERS: dict[int, ReceiptBatcher] = {}
 
 
@@ -116,8 +122,7 @@ class ReceiptBatcher:
         now = time.monotonic()
         handovers = [(agent, first, last, max(now - at, 0.0)) for agent, first, last, at in batch]
         try:
-            async with self._pool.acquire() as conn:
-                latencies = await inbox_store.mark_delivered_many(conn, handovers)
+            latencies = await inbox_store.mark_delivered_many(self._pool, handovers)
         except BaseException:
             self._requeue(batch)  # marking is idempotent: a retry skips what got through
             raise
@@ -151,7 +156,7 @@ class ReceiptBatcher:
 
 
 async def read(pool: asyncpg.Pool, hub: InboxHub, me: Agent, *, after: int | None,
-               limit: int, wait: float) -> bytes:
+               limit: int, wait: float, receipts: ReceiptBatcher | None = None) -> bytes:
     """The long-poll body ``{"events":[…],"next_after":N}``, each event's bytes
     embedded as the serializer made them (the same bytes SSE sends)."""
     if after is None:
@@ -160,7 +165,7 @@ async def read(pool: asyncpg.Pool, hub: InboxHub, me: Agent, *, after: int | Non
     if not events and wait > 0:
         events = await _wait_for_events(pool, hub, me.agent_id, after, limit, wait,
                                         functools.partial(accounts.still_valid, pool, me))
-    await record_delivery(pool, me.agent_id, events)
+    await record_delivery(receipts or pool, me.agent_id, events)
     return encode_page(events, events[-1].seq if events else after)
 
 
