@@ -8,11 +8,13 @@ flush: a size, or the graceful shutdown.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 
 import asyncpg
 import httpx
 import pytest
+from httpx_sse import aconnect_sse
 
 from app.settings import Settings
 from tests.support.meshapi import AgentHandle, MeshFactory
@@ -66,16 +68,21 @@ async def test_a_full_batch_is_flushed_at_once_in_one_statement(iso: Settings,
         web.stop_quietly()
 
 
-async def test_shutdown_flushes_the_queued_receipts(iso: Settings,
-                                                    iso_db: asyncpg.Pool) -> None:
+@pytest.mark.parametrize("via", ["long-poll", "sse"])
+async def test_shutdown_flushes_the_queued_receipts(iso: Settings, iso_db: asyncpg.Pool,
+                                                    via: str) -> None:
     web = await MeshProcess("web", iso, receipt_flush_ms=NEVER_MS,
                             receipt_flush_max=1000).start()
     try:
         async with MeshFactory.connect(web.url) as mesh:
             a, b = await mesh.pair()
             sent = await a.send(b.agent_id, "delivered just before the shutdown")
-            page = await b.inbox()
-            assert sent["task_id"] in [e["task_id"] for e in page["events"]]
+            if via == "long-poll":
+                got = [e["task_id"] for e in (await b.inbox())["events"]]
+            else:  # the stream's catch-up reads Postgres: no push worker needed
+                got = await _streamed(mesh.http, b, len(await _delivered(iso_db, b)))
+            assert sent["task_id"] in got
+            # Handed over, and queued in the batcher rather than marked on the way.
             assert not any((await _delivered(iso_db, b)).values())
             # uvicorn re-raises the SIGTERM it handled, after its graceful shutdown.
             assert await web.terminate() in (0, -15), web.tail()
@@ -83,3 +90,16 @@ async def test_shutdown_flushes_the_queued_receipts(iso: Settings,
         assert all((await _delivered(iso_db, b)).values())
     finally:
         web.stop_quietly()
+
+
+async def _streamed(http: httpx.AsyncClient, agent: AgentHandle, count: int) -> list[str | None]:
+    got: list[str | None] = []
+    async with aconnect_sse(http, "GET", "/v1/mesh/inbox/stream", headers=agent.headers,
+                            params={"after": 0}) as source:
+        async with asyncio.timeout(30):
+            async for sse in source.aiter_sse():
+                if sse.data:  # not a keep-alive
+                    got.append(json.loads(sse.data).get("task_id"))
+                    if len(got) == count:
+                        break
+    return got
