@@ -183,11 +183,12 @@ class CommitNotices:
     pipeline (one round trip) for the other processes, so a burst of commits
     costs a few pipelines, not a PUBLISH per recipient. (This process hears its
     own notices too; the second wake-up finds its long-polls answered or
-    re-reads once.) A publish that fails is logged and
-    retried with backoff — meanwhile long-polls still wake from the push
-    worker's notice or their own periodic re-read, so a lost notice delays an
-    answer, never loses it.
+    re-reads once.) A publish that fails is logged and retried with backoff —
+    meanwhile long-polls still wake from the push worker's notice or their own
+    periodic re-read, so a lost notice delays an answer, never loses it.
     """
+
+    STOP_SECONDS = 1.0  # a last publish at shutdown must not hang on a stuck Redis
 
     def __init__(self, redis: aioredis.Redis, hub: InboxHub | None = None) -> None:
         self._redis = redis
@@ -195,7 +196,6 @@ class CommitNotices:
         self._pending: set[str] = set()
         self._ready = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
-        self.published = 0  # pipelines sent (for tests and the bench)
 
     def add(self, agent_ids: Iterable[str]) -> None:
         for agent_id in agent_ids:
@@ -214,8 +214,9 @@ class CommitNotices:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
-        with contextlib.suppress(RedisError, OSError):  # the last commits' long-polls
-            await self._publish()
+        with contextlib.suppress(RedisError, OSError, TimeoutError):
+            async with asyncio.timeout(self.STOP_SECONDS):  # the last commits' long-polls
+                await self._publish()
 
     async def _publish(self) -> None:
         if not self._pending:
@@ -229,7 +230,6 @@ class CommitNotices:
         except BaseException:
             self._pending |= agents  # still worth waking once Redis answers
             raise
-        self.published += 1
 
     async def _run(self) -> None:
         backoff = Backoff("commit_notices", logger=log)

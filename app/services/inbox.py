@@ -48,12 +48,17 @@ async def record_delivery(receipts: asyncpg.Pool | ReceiptBatcher, agent_id: str
     if not isinstance(receipts, ReceiptBatcher):
         batcher = _BATCHERS.get(id(receipts))
         if batcher is None:
-            for latency in await inbox_store.mark_delivered(receipts, agent_id,
-                                                            events[0].seq, events[-1].seq):
-                E2E_LATENCY.observe(max(latency, 0.0))
+            await _mark_now(receipts, agent_id, events)
             return
         receipts = batcher
-    receipts.add(agent_id, events[0].seq, events[-1].seq)
+    if not receipts.add(agent_id, events[0].seq, events[-1].seq):
+        await _mark_now(receipts.pool, agent_id, events)
+
+
+async def _mark_now(pool: asyncpg.Pool, agent_id: str, events: list[WireEvent]) -> None:
+    for latency in await inbox_store.mark_delivered(pool, agent_id, events[0].seq,
+                                                    events[-1].seq):
+        E2E_LATENCY.observe(max(latency, 0.0))
 
 
 # A bridge, not the design (ADR 012 rejects registries keyed by pool): the SSE
@@ -76,9 +81,11 @@ class ReceiptBatcher:
     kept, up to ``KEEP_BATCHES`` batches; beyond that the oldest marks are dropped."""
 
     KEEP_BATCHES = 20
+    STOP_SECONDS = 5.0  # the flush at shutdown must not hang on a stuck Postgres
 
     def __init__(self, pool: asyncpg.Pool, *, flush_ms: int, flush_max: int) -> None:
-        self._pool = pool
+        self.pool = pool
+        self._accepting = False
         self._interval = flush_ms / 1000
         self._max = max(flush_max, 1)
         # (agent_id, first seq, last seq, monotonic time of the hand-over)
@@ -86,30 +93,36 @@ class ReceiptBatcher:
         self._queued = asyncio.Event()
         self._full = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
-        self.flushes = 0
 
-    def add(self, agent_id: str, first_seq: int, last_seq: int) -> None:
+    def add(self, agent_id: str, first_seq: int, last_seq: int) -> bool:
+        """Queue a hand-over; False once stopped (the caller marks it itself)."""
+        if not self._accepting:
+            return False
         self._queue.append((agent_id, first_seq, last_seq, time.monotonic()))
         self._queued.set()
         if len(self._queue) >= self._max:
             self._full.set()
+        return True
 
     async def start(self) -> None:
-        _BATCHERS[id(self._pool)] = self
+        _BATCHERS[id(self.pool)] = self
+        self._accepting = True
         self._task = asyncio.create_task(self._run(), name="receipts")
 
     async def stop(self) -> None:
         """Stop queueing (later hand-overs are marked directly) and flush the rest."""
-        if _BATCHERS.get(id(self._pool)) is self:
-            del _BATCHERS[id(self._pool)]
+        self._accepting = False
+        if _BATCHERS.get(id(self.pool)) is self:
+            del _BATCHERS[id(self.pool)]
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
         try:
-            await self.flush()
-        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            async with asyncio.timeout(self.STOP_SECONDS):
+                await self.flush()
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError) as exc:
             log.warning("could not record %d delivery receipts at shutdown (%s); they stay "
                         "'queued' until handed over again or acked", len(self._queue), exc)
 
@@ -122,11 +135,10 @@ class ReceiptBatcher:
         now = time.monotonic()
         handovers = [(agent, first, last, max(now - at, 0.0)) for agent, first, last, at in batch]
         try:
-            latencies = await inbox_store.mark_delivered_many(self._pool, handovers)
+            latencies = await inbox_store.mark_delivered_many(self.pool, handovers)
         except BaseException:
             self._requeue(batch)  # marking is idempotent: a retry skips what got through
             raise
-        self.flushes += 1
         for latency in latencies:
             E2E_LATENCY.observe(max(latency, 0.0))
 
@@ -151,7 +163,7 @@ class ReceiptBatcher:
             try:
                 await self.flush()
                 backoff.reset()
-            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            except Exception as exc:  # the loop must outlive any failure; the queue is kept
                 await backoff.wait(f"could not record delivery receipts ({exc})")
 
 
