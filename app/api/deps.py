@@ -22,8 +22,9 @@ from app.errors import (
     unauthorized,
     validation_problem,
 )
-from app.inbox_hub import InboxHub
+from app.inbox_hub import CommitNotices, InboxHub
 from app.services import accounts
+from app.services.inbox import ReceiptBatcher
 from app.services.principals import Agent, Owner
 from app.settings import Settings
 from app.writes import Wakeup
@@ -47,9 +48,9 @@ class State:
     kdf: Any = None
     # app.stream_slots.StreamSlots: open SSE streams per agent in this process.
     sse_slots: Any = None
-    # app.inbox_hub.CommitNotices and app.services.inbox.ReceiptBatcher (ADR 021).
-    commit_notices: Any = None
-    receipts: Any = None  # the long-poll passes it to inbox.record_delivery
+    # The after-commit long-poll wake-ups and the batched receipts (ADR 021).
+    commit_notices: CommitNotices | None = None
+    receipts: ReceiptBatcher | None = None  # the long-poll passes it to record_delivery
 
 
 def state(request: Request) -> State:
