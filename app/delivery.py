@@ -9,7 +9,8 @@ channel or a notice changes in one place:
   without parsing ``e``);
 - after a write the push worker PUBLISHes ``"{agent_id} {seq}"`` on
   ``mesh:inbox-notify``; a credential change publishes ``"{agent_id} auth"``
-  there. Notices are hints: a reader always re-reads its source.
+  there. Notices are hints: a reader always re-reads its source;
+- the commit notice (below) comes from the web process that committed.
 """
 
 from __future__ import annotations
@@ -52,12 +53,14 @@ def auth_notice(agent_id: str) -> str:
 class Notice:
     agent_id: str
     auth: bool
+    # A commit notice (below): wakes readers of Postgres only.
+    committed: bool = False
 
 
 def parse_notice(data: bytes | str) -> Notice:
     text = data.decode() if isinstance(data, bytes) else str(data)
     agent_id, _, what = text.partition(" ")
-    return Notice(agent_id, what == AUTH_CHANGED)
+    return Notice(agent_id, what == AUTH_CHANGED, committed=what == COMMITTED)
 
 
 # --- reach changes (issue 13: the web processes' relationship caches) ------------
@@ -76,3 +79,16 @@ def reach_notice() -> str:
 
 def is_reach_notice(notice: Notice) -> bool:
     return notice.agent_id == REACH_AGENT
+
+
+# --- commit notices (issue 13 item 4, ADR 021) ------------------------------------------
+# After a write commits, the web process that made it PUBLISHes ``"{agent_id} commit"``
+# on NOTIFY_CHANNEL for each recipient, before the relay and the push worker have
+# carried the event anywhere. Only readers of Postgres (long-polls) wake for it: the
+# agent's Redis stream, which SSE reads, does not hold the event yet. A process that
+# does not know the kind treats it as an event notice (a harmless extra wake-up).
+COMMITTED = "commit"
+
+
+def commit_notice(agent_id: str) -> str:
+    return f"{agent_id} {COMMITTED}"

@@ -3,8 +3,13 @@
 The push worker PUBLISHes a notice (app.delivery) on one Redis channel after it
 writes an event to the agent's stream. Each web process holds ONE subscriber
 connection and wakes its local waiters for that agent — so thousands of idle
-streams cost one Redis connection, not one each, and a long-poll wakes within
-milliseconds instead of polling the database.
+streams cost one Redis connection, not one each.
+
+A long-poll reads Postgres, so it need not wait for the relay and the push
+worker: the web process that committed an event also publishes a commit notice
+(:class:`CommitNotices`, driven by app.writes), which wakes only the waiters of
+kind ``LONG_POLL`` — a stream waiter woken by it would find its Redis stream
+still without the event.
 
 A notification is only a hint: readers always re-read their source. When the
 subscription breaks (Redis restart) every waiter is woken once after
@@ -17,13 +22,13 @@ import asyncio
 import contextlib
 import logging
 from collections import defaultdict
-from collections.abc import AsyncIterator
-from typing import Protocol
+from collections.abc import AsyncIterator, Iterable
+from typing import Literal, Protocol
 
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
-from app.delivery import NOTIFY_CHANNEL, Notice, auth_notice, parse_notice
+from app.delivery import NOTIFY_CHANNEL, Notice, auth_notice, commit_notice, parse_notice
 from app.retry import Backoff
 
 log = logging.getLogger("mesh.hub")
@@ -39,13 +44,20 @@ async def publish_auth_change(redis: aioredis.Redis, agent_id: str) -> None:
         log.warning("could not publish the credential change of %s: %s", agent_id, exc)
 
 
+# What a waiter reads: Postgres (woken by commit notices too) or the Redis stream.
+WaiterKind = Literal["long-poll", "stream"]
+LONG_POLL: WaiterKind = "long-poll"
+STREAM: WaiterKind = "stream"
+
+
 class Waiter:
     """One reader's wake-up flag; set by the hub, cleared by the reader."""
 
-    __slots__ = ("_event", "agent_id", "auth_changed")
+    __slots__ = ("_event", "agent_id", "auth_changed", "kind")
 
-    def __init__(self, agent_id: str) -> None:
+    def __init__(self, agent_id: str, kind: WaiterKind = STREAM) -> None:
         self.agent_id = agent_id
+        self.kind = kind
         self._event = asyncio.Event()
         self.auth_changed = False
 
@@ -96,10 +108,10 @@ class InboxHub:
             self._task = None
 
     @contextlib.asynccontextmanager
-    async def watch(self, agent_id: str) -> AsyncIterator[Waiter]:
+    async def watch(self, agent_id: str, kind: WaiterKind = STREAM) -> AsyncIterator[Waiter]:
         """Register before reading the source, so no event slips between the
         read and the wait."""
-        waiter = Waiter(agent_id)
+        waiter = Waiter(agent_id, kind)
         self._waiters[agent_id].add(waiter)
         try:
             yield waiter
@@ -117,9 +129,12 @@ class InboxHub:
     def watching(self) -> int:
         return sum(len(w) for w in self._waiters.values())
 
-    def wake(self, agent_id: str, *, auth: bool = False) -> None:
-        """Wake this process's waiters of ``agent_id`` (as a notice does)."""
+    def wake(self, agent_id: str, *, auth: bool = False, committed: bool = False) -> None:
+        """Wake this process's waiters of ``agent_id`` (as a notice does); a commit
+        notice wakes only the long-polls."""
         for waiter in self._waiters.get(agent_id, ()):
+            if committed and waiter.kind != LONG_POLL:
+                continue
             waiter.wake(auth=auth)
 
     def _wake_all(self) -> None:
@@ -145,7 +160,7 @@ class InboxHub:
                     notice = parse_notice(message["data"])
                     for listener in self._listeners:
                         listener.notice(notice)
-                    self.wake(notice.agent_id, auth=notice.auth)
+                    self.wake(notice.agent_id, auth=notice.auth, committed=notice.committed)
                 reason = "Redis ended the subscription"
             except asyncio.CancelledError:
                 raise
@@ -157,3 +172,73 @@ class InboxHub:
                     await pubsub.aclose()
                     await client.aclose()
             await backoff.wait(reason)
+
+
+class CommitNotices:
+    """The web process's publisher of commit notices (app.delivery.commit_notice).
+
+    :meth:`add` is called by the write unit of work after each commit and never
+    blocks: it wakes this process's own long-polls at once (``hub``), and one
+    background task sends everything added since its previous round as ONE
+    pipeline (one round trip) for the other processes, so a burst of commits
+    costs a few pipelines, not a PUBLISH per recipient. (This process hears its
+    own notices too; the second wake-up finds its long-polls answered or
+    re-reads once.) A publish that fails is logged and retried with backoff —
+    meanwhile long-polls still wake from the push worker's notice or their own
+    periodic re-read, so a lost notice delays an answer, never loses it.
+    """
+
+    STOP_SECONDS = 1.0  # a last publish at shutdown must not hang on a stuck Redis
+
+    def __init__(self, redis: aioredis.Redis, hub: InboxHub | None = None) -> None:
+        self._redis = redis
+        self._hub = hub
+        self._pending: set[str] = set()
+        self._ready = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    def add(self, agent_ids: Iterable[str]) -> None:
+        for agent_id in agent_ids:
+            self._pending.add(agent_id)
+            if self._hub is not None:
+                self._hub.wake(agent_id, committed=True)
+        if self._pending:
+            self._ready.set()
+
+    async def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="commit-notices")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        with contextlib.suppress(RedisError, OSError, TimeoutError):
+            async with asyncio.timeout(self.STOP_SECONDS):  # the last commits' long-polls
+                await self._publish()
+
+    async def _publish(self) -> None:
+        if not self._pending:
+            return
+        agents, self._pending = self._pending, set()
+        try:
+            async with self._redis.pipeline(transaction=False) as pipe:
+                for agent_id in agents:
+                    pipe.publish(NOTIFY_CHANNEL, commit_notice(agent_id))
+                await pipe.execute()
+        except BaseException:
+            self._pending |= agents  # still worth waking once Redis answers
+            raise
+
+    async def _run(self) -> None:
+        backoff = Backoff("commit_notices", logger=log)
+        while True:
+            await self._ready.wait()
+            self._ready.clear()
+            try:
+                await self._publish()
+                backoff.reset()
+            except (RedisError, OSError) as exc:
+                self._ready.set()
+                await backoff.wait(f"could not publish commit notices ({exc})")

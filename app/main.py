@@ -32,11 +32,12 @@ from app.errors import (
     handle_validation,
 )
 from app.health import close_bus_probes
-from app.inbox_hub import InboxHub
+from app.inbox_hub import CommitNotices, InboxHub
 from app.middleware import EncodedSlashGuard, ProblemBodyLimit, RequestMetrics
 from app.observability import init_sentry, setup_logging
 from app.ratelimit import RateLimiter
 from app.relay_wakeup import RelayWakeup
+from app.services.inbox import ReceiptBatcher
 from app.services.kdf import Kdf
 from app.services.principal_cache import PrincipalCache
 from app.services.reach_cache import ReachCache
@@ -91,18 +92,27 @@ def create_app(settings: Settings | None = None) -> Starlette:
         hub.add_listener(reach)
         await hub.start()
         limiter = RateLimiter(redis, settings) if settings.ratelimit_enabled else None
-        wakeup = RelayWakeup(pool)
+        # Commit notices and batched receipts: issue 13 items 4 and 2 (ADR 021).
+        notices = CommitNotices(redis, hub)
+        receipts = ReceiptBatcher(pool, flush_ms=settings.receipt_flush_ms,
+                                  flush_max=settings.receipt_flush_max)
+        await notices.start()
+        await receipts.start()
+        wakeup = RelayWakeup(pool, notices)
         await wakeup.start()
         app.state.mesh = State(settings=settings, pool=pool, redis=redis, hub=hub,
                                ratelimiter=limiter, wakeup=wakeup,
                                auth_throttle=AuthThrottle(redis, settings),
                                kdf=Kdf.from_settings(settings),
                                sse_slots=StreamSlots(settings.sse_max_streams_per_agent),
-                               principals=principals, reach=reach)
+                               principals=principals, reach=reach,
+                               commit_notices=notices, receipts=receipts)
         try:
             yield
         finally:
             await wakeup.stop()
+            await notices.stop()
+            await receipts.stop()
             await close_bus_probes()
             await hub.stop()
             await redis.aclose()

@@ -10,6 +10,9 @@ between, the relay's 1 s sweep picks the rows up.
 
 Nothing calls :meth:`RelayWakeup.wake` by hand: the write unit of work
 (app.writes) does, after each commit that appended events or re-queued rows.
+It passes the agents that received events; with ``notices`` (the web process's
+app.inbox_hub.CommitNotices) they get a commit notice that wakes their parked
+long-polls on every web process (ADR 021).
 """
 
 from __future__ import annotations
@@ -17,9 +20,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Collection
 
 import asyncpg
 
+from app.inbox_hub import CommitNotices
 from app.metrics import RELAY_WAKEUPS
 from app.retry import Backoff
 from app.store.outbox import wake_relay
@@ -28,15 +33,19 @@ log = logging.getLogger("mesh.wakeup")
 
 
 class RelayWakeup:
-    def __init__(self, pool: asyncpg.Pool) -> None:
+    def __init__(self, pool: asyncpg.Pool, notices: CommitNotices | None = None) -> None:
         self._pool = pool
+        self._notices = notices
         self._pending = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self.sent = 0
 
-    def wake(self) -> None:
-        """Non-blocking: ask for a NOTIFY covering every commit until now."""
+    def wake(self, recipients: Collection[str] = ()) -> None:
+        """Non-blocking: ask for a NOTIFY covering every commit until now, and
+        for the commit notices of ``recipients``."""
         self._pending.set()
+        if self._notices is not None and recipients:
+            self._notices.add(recipients)
 
     async def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="relay-wakeup")

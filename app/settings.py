@@ -114,6 +114,12 @@ class Settings(BaseSettings):
     web_cache_max_entries: int = 10_000
     web_cache_ttl_seconds: float = 60.0
 
+    # --- delivery receipts (issue 13 item 2, ADR 021) -----------------------
+    # Hand-overs to a client are marked `delivered` in one UPDATE per web process
+    # every MESH_RECEIPT_FLUSH_MS, or sooner once MESH_RECEIPT_FLUSH_MAX are queued.
+    receipt_flush_ms: int = 50
+    receipt_flush_max: int = 500
+
     @property
     def bus_kind(self) -> Literal["kafka", "nats", "redis"]:
         if self.bus == "auto":

@@ -6,10 +6,14 @@ wakeup) as tx`` and appends through ``tx``. The unit of work records that the
 outbox changed and, only once the transaction has committed, wakes the relay:
 
 * through ``wakeup`` (the web process's coalescing :class:`app.relay_wakeup.RelayWakeup`),
-  so a burst of commits costs a handful of NOTIFYs, not one each;
+  so a burst of commits costs a handful of NOTIFYs, not one each. It is also told
+  which agents received events, and publishes their commit notices (ADR 021): a
+  long-poll parked on any web process answers from Postgres right after the
+  commit instead of after relay → bus → push worker;
 * or, where no such waker runs (cron, scripts), with one direct NOTIFY on the same
   connection, outside the transaction (a NOTIFY inside it would serialise commits
-  on Postgres's notification lock — see app.relay_wakeup).
+  on Postgres's notification lock — see app.relay_wakeup). No commit notice then:
+  long-polls wake from the push worker's notice, as before.
 
 Other effects that must follow a commit (telling open streams a key was
 revoked) are registered with ``tx.after_commit(effect)`` and run the same way.
@@ -23,7 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequence
 from typing import Any, Protocol
 
 import asyncpg
@@ -38,7 +42,8 @@ __all__ = ["Effect", "NewEvent", "RecipientMissing", "Wakeup", "Writes", "writes
 
 
 class Wakeup(Protocol):
-    def wake(self) -> None: ...
+    def wake(self, recipients: Collection[str] = ()) -> None:
+        """Non-blocking: the outbox changed; ``recipients`` received inbox events."""
 
 
 Effect = Callable[[], Awaitable[None]]
@@ -51,6 +56,7 @@ class Writes:
         self.conn = conn
         self.topic = topic
         self.outbox_changed = False
+        self.recipients: set[str] = set()
         self.effects: list[Effect] = []
 
     async def append(self, events: Sequence[NewEvent], *, skip_missing: bool = False,
@@ -62,6 +68,7 @@ class Writes:
                                             skip_missing=skip_missing, message_id=message_id)
         if written:
             self.outbox_changed = True
+            self.recipients.update(row["agent_id"] for row in written)
         return written
 
     def requeued(self) -> None:
@@ -82,7 +89,7 @@ async def writes(pool: asyncpg.Pool, *, topic: str | None = None,
         async with conn.transaction():
             yield tx
         if tx.outbox_changed:
-            await _wake(conn, wakeup)
+            await _wake(conn, wakeup, tx.recipients)
     # Outside the connection: an effect (a Redis publish) need not hold one.
     for effect in tx.effects:
         try:
@@ -92,9 +99,13 @@ async def writes(pool: asyncpg.Pool, *, topic: str | None = None,
                         type(exc).__name__, exc)
 
 
-async def _wake(conn: asyncpg.Connection, wakeup: Wakeup | None) -> None:
+async def _wake(conn: asyncpg.Connection, wakeup: Wakeup | None,
+                recipients: Collection[str]) -> None:
     if wakeup is not None:
-        wakeup.wake()
+        try:
+            wakeup.wake(recipients)
+        except Exception as exc:  # the write is durable; the sweep and re-reads catch up
+            log.warning("could not wake after a commit (%s: %s)", type(exc).__name__, exc)
         return
     try:
         await outbox_store.wake_relay(conn)

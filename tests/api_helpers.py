@@ -7,8 +7,9 @@ install a failing trigger — never to create state the API should create.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import asyncpg
@@ -123,3 +124,12 @@ async def outbox_rows(db: asyncpg.Pool, key: str, task_id: str | None = None) ->
 async def message_rows(db: asyncpg.Pool, task_id: str) -> int:
     return int(await db.fetchval("SELECT count(*) FROM task_messages WHERE task_id = $1",
                                  task_id))
+
+
+async def until(predicate: Callable[[], Awaitable[Any]], timeout: float = 30.0) -> Any:
+    """Await a state that has no event to await, e.g. a receipt: web processes mark
+    hand-overs ``delivered`` in batches, a few ms after the read (ADR 021)."""
+    async with asyncio.timeout(timeout):
+        while not (result := await predicate()):  # noqa: ASYNC110 - a row's state has no event
+            await asyncio.sleep(0.02)
+        return result

@@ -20,6 +20,7 @@ from tests.api_helpers import (
     problem,
     task_in_state,
     text_message,
+    until,
 )
 from tests.support.meshapi import AgentHandle
 
@@ -193,9 +194,13 @@ async def test_get_task_with_messages_artifacts_and_receipts(mesh):
     [m] = got["messages"]
     assert m["receipt"]["status"] == "queued" and m["receipt"]["delivered_at"] is None
 
-    read = await b.inbox()  # the recipient's daemon fetched it: delivered
-    got = ok(await a.get(f"/v1/mesh/tasks/{tid}"))
-    assert got["messages"][0]["receipt"]["status"] == "delivered"
+    read = await b.inbox()  # the recipient's daemon fetched it: delivered (batched, ADR 021)
+
+    async def delivered() -> dict | None:
+        got = ok(await a.get(f"/v1/mesh/tasks/{tid}"))
+        return got if got["messages"][0]["receipt"]["status"] == "delivered" else None
+
+    got = await until(delivered)
     assert got["messages"][0]["receipt"]["delivered_at"]
 
     ok(await b.post("/v1/mesh/inbox/ack", {"seq": read["next_after"]}))  # processed: acked

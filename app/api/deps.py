@@ -22,8 +22,9 @@ from app.errors import (
     unauthorized,
     validation_problem,
 )
-from app.inbox_hub import InboxHub, publish_auth_change
+from app.inbox_hub import CommitNotices, InboxHub, publish_auth_change
 from app.services import accounts
+from app.services.inbox import ReceiptBatcher
 from app.services.principal_cache import PrincipalCache
 from app.services.principals import Agent, Owner
 from app.services.reach_cache import ReachCache, publish_reach_change
@@ -49,6 +50,9 @@ class State:
     kdf: Any = None
     # app.stream_slots.StreamSlots: open SSE streams per agent in this process.
     sse_slots: Any = None
+    # The after-commit long-poll wake-ups and the batched receipts (ADR 021).
+    commit_notices: CommitNotices | None = None
+    receipts: ReceiptBatcher | None = None  # the long-poll passes it to record_delivery
     # The per-process caches of who a token names and who may reach whom (issue 13),
     # kept right by the notices the hub hears; None: every request asks Postgres.
     principals: PrincipalCache | None = None

@@ -27,7 +27,8 @@ async def read(request: Request) -> Response:
                        maximum=s.settings.longpoll_max_wait_seconds)
     assert limit is not None
     # Already JSON: the events' stored wire bytes inside the page envelope.
-    return Response(await inbox.read(s.pool, s.hub, me, after=after, limit=limit, wait=wait),
+    return Response(await inbox.read(s.pool, s.hub, me, after=after, limit=limit, wait=wait,
+                                     receipts=s.receipts),
                     media_type="application/json")
 
 

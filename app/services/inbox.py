@@ -1,8 +1,12 @@
-"""Reading the inbox from Postgres (long-poll) and acknowledging it."""
+"""Reading the inbox from Postgres (long-poll), acknowledging it, and the
+delivery receipts of both long-poll and SSE."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import functools
+import logging
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -11,12 +15,15 @@ import asyncpg
 
 from app.errors import not_found, unauthorized
 from app.event_wire import WireEvent, encode_page
-from app.inbox_hub import InboxHub
+from app.inbox_hub import LONG_POLL, InboxHub
 from app.metrics import E2E_LATENCY, LONGPOLL_WAITING
+from app.retry import Backoff
 from app.services import accounts
 from app.services.principals import Agent
 from app.store import agents as agents_store
 from app.store import inbox as inbox_store
+
+log = logging.getLogger("mesh.receipts")
 
 
 async def start_cursor(pool: asyncpg.Pool, agent_id: str, after: int | None = None) -> int:
@@ -29,17 +36,139 @@ async def start_cursor(pool: asyncpg.Pool, agent_id: str, after: int | None = No
     return max(start, int(row["inbox_floor"]))
 
 
-async def record_delivery(pool: asyncpg.Pool, agent_id: str, events: list[WireEvent]) -> None:
-    """Receipts and the e2e latency histogram, once per event (first hand-over)."""
+async def record_delivery(receipts: asyncpg.Pool | ReceiptBatcher, agent_id: str,
+                          events: list[WireEvent]) -> None:
+    """Receipts and the e2e latency histogram, once per event (first hand-over).
+
+    A :class:`ReceiptBatcher` (the web process's) queues the hand-over and returns
+    at once; a pool marks it right away — unless a batcher was started on that
+    pool (see ``_BATCHERS``)."""
     if not events:
         return
+    if not isinstance(receipts, ReceiptBatcher):
+        batcher = _BATCHERS.get(id(receipts))
+        if batcher is None:
+            await _mark_now(receipts, agent_id, events)
+            return
+        receipts = batcher
+    if not receipts.add(agent_id, events[0].seq, events[-1].seq):
+        await _mark_now(receipts.pool, agent_id, events)
+
+
+async def _mark_now(pool: asyncpg.Pool, agent_id: str, events: list[WireEvent]) -> None:
     for latency in await inbox_store.mark_delivered(pool, agent_id, events[0].seq,
                                                     events[-1].seq):
         E2E_LATENCY.observe(max(latency, 0.0))
 
 
+# A bridge, not the design (ADR 012 rejects registries keyed by pool): the SSE
+# stream (app.services.inbox_stream, being rewritten for issue 13 item 5) still
+# calls record_delivery with its pool, so a started batcher registers here to
+# catch those calls. Once that caller passes the State's ``receipts`` like the
+# long-poll does, this goes (ADR 021).
+_BATCHERS: dict[int, ReceiptBatcher] = {}
+
+
+class ReceiptBatcher:
+    """Marks a web process's hand-overs ``delivered`` in ONE statement per
+    ``flush_ms`` (or per ``flush_max`` hand-overs), off the request path.
+
+    Receipts are best effort (ADR 021): a process that dies between a hand-over
+    and the next flush loses at most that interval's marks — those receipts stay
+    ``queued`` until the events are handed over again (the client resumes from
+    its acked cursor) or acked, which reports them ``acked``. A graceful
+    shutdown flushes (:meth:`stop`). While Postgres is unreachable the queue is
+    kept, up to ``KEEP_BATCHES`` batches; beyond that the oldest marks are dropped."""
+
+    KEEP_BATCHES = 20
+    STOP_SECONDS = 5.0  # the flush at shutdown must not hang on a stuck Postgres
+
+    def __init__(self, pool: asyncpg.Pool, *, flush_ms: int, flush_max: int) -> None:
+        self.pool = pool
+        self._accepting = False
+        self._interval = flush_ms / 1000
+        self._max = max(flush_max, 1)
+        # (agent_id, first seq, last seq, monotonic time of the hand-over)
+        self._queue: list[tuple[str, int, int, float]] = []
+        self._queued = asyncio.Event()
+        self._full = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    def add(self, agent_id: str, first_seq: int, last_seq: int) -> bool:
+        """Queue a hand-over; False once stopped (the caller marks it itself)."""
+        if not self._accepting:
+            return False
+        self._queue.append((agent_id, first_seq, last_seq, time.monotonic()))
+        self._queued.set()
+        if len(self._queue) >= self._max:
+            self._full.set()
+        return True
+
+    async def start(self) -> None:
+        _BATCHERS[id(self.pool)] = self
+        self._accepting = True
+        self._task = asyncio.create_task(self._run(), name="receipts")
+
+    async def stop(self) -> None:
+        """Stop queueing (later hand-overs are marked directly) and flush the rest."""
+        self._accepting = False
+        if _BATCHERS.get(id(self.pool)) is self:
+            del _BATCHERS[id(self.pool)]
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        try:
+            async with asyncio.timeout(self.STOP_SECONDS):
+                await self.flush()
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError) as exc:
+            log.warning("could not record %d delivery receipts at shutdown (%s); they stay "
+                        "'queued' until handed over again or acked", len(self._queue), exc)
+
+    async def flush(self) -> None:
+        batch, self._queue = self._queue, []
+        self._queued.clear()
+        self._full.clear()
+        if not batch:
+            return
+        now = time.monotonic()
+        handovers = [(agent, first, last, max(now - at, 0.0)) for agent, first, last, at in batch]
+        try:
+            latencies = await inbox_store.mark_delivered_many(self.pool, handovers)
+        except BaseException:
+            self._requeue(batch)  # marking is idempotent: a retry skips what got through
+            raise
+        for latency in latencies:
+            E2E_LATENCY.observe(max(latency, 0.0))
+
+    def _requeue(self, batch: list[tuple[str, int, int, float]]) -> None:
+        queue = batch + self._queue
+        keep = self._max * self.KEEP_BATCHES
+        if len(queue) > keep:
+            log.warning("dropping %d delivery receipts queued while Postgres was unreachable",
+                        len(queue) - keep)
+            queue = queue[-keep:]
+        self._queue = queue
+        self._queued.set()
+
+    async def _run(self) -> None:
+        backoff = Backoff("receipts", logger=log)
+        while True:
+            await self._queued.wait()
+            # Let the batch fill for one interval, unless it is full already.
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self._interval):
+                    await self._full.wait()
+            try:
+                await self.flush()
+                backoff.reset()
+            except Exception as exc:  # the loop must outlive any failure; the queue is kept
+                await backoff.wait(f"could not record delivery receipts ({exc})")
+
+
 async def read(pool: asyncpg.Pool, hub: InboxHub, me: Agent, *, after: int | None,
-               limit: int, wait: float) -> bytes:
+               limit: int, wait: float, receipts: ReceiptBatcher | None = None) -> bytes:
     """The long-poll body ``{"events":[…],"next_after":N}``, each event's bytes
     embedded as the serializer made them (the same bytes SSE sends)."""
     if after is None:
@@ -48,7 +177,7 @@ async def read(pool: asyncpg.Pool, hub: InboxHub, me: Agent, *, after: int | Non
     if not events and wait > 0:
         events = await _wait_for_events(pool, hub, me.agent_id, after, limit, wait,
                                         functools.partial(accounts.still_valid, pool, me))
-    await record_delivery(pool, me.agent_id, events)
+    await record_delivery(receipts or pool, me.agent_id, events)
     return encode_page(events, events[-1].seq if events else after)
 
 
@@ -61,7 +190,7 @@ async def _wait_for_events(pool: asyncpg.Pool, hub: InboxHub, agent_id: str, aft
                            still_valid: Callable[[], Awaitable[bool]]) -> list[WireEvent]:
     deadline = time.monotonic() + wait
     with LONGPOLL_WAITING.track_inprogress():
-        async with hub.watch(agent_id) as waiter:
+        async with hub.watch(agent_id, LONG_POLL) as waiter:
             # Re-check after registering: an event committed between the first read
             # and the registration would otherwise wait for the next one.
             events = await inbox_store.after(pool, agent_id, after, limit)

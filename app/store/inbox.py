@@ -41,6 +41,38 @@ async def mark_delivered(conn: Conn, agent_id: str, first_seq: int, last_seq: in
     return [r["latency"] for r in rows]
 
 
+# Each hand-over is (agent, first seq, last seq, seconds since it happened): the mark
+# is dated back by that age on the database's own clock, so a batch written 50 ms
+# later still records when the client got the events, and no web host's clock is
+# compared with Postgres's. ``async_commit`` is SET LOCAL synchronous_commit = off
+# inside the statement's own transaction (Postgres reads the setting at commit), so
+# the flush stays one statement and one round trip instead of BEGIN/SET/…/COMMIT.
+_MARK_MANY = """
+WITH async_commit AS (SELECT set_config('synchronous_commit', 'off', true) AS off)
+UPDATE inbox_events e
+SET delivered_at = clock_timestamp() - make_interval(secs => h.age)
+FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::float8[]) AS h(agent_id, first_seq,
+                                                                       last_seq, age),
+     async_commit
+WHERE e.agent_id = h.agent_id AND e.seq BETWEEN h.first_seq AND h.last_seq
+  AND e.delivered_at IS NULL
+RETURNING EXTRACT(EPOCH FROM (e.delivered_at - e.created_at))::float8 AS latency
+"""
+
+
+async def mark_delivered_many(conn: Conn,
+                              handovers: list[tuple[str, int, int, float]]) -> list[float]:
+    """:func:`mark_delivered` for many hand-overs in ONE statement, committed without
+    waiting for the WAL flush: a receipt mark is best effort (ADR 021), and a mark
+    lost to a Postgres crash is only a receipt that stays ``queued`` until the
+    events are handed over again or acked. Returns the latencies, as there."""
+    if not handovers:
+        return []
+    agents, firsts, lasts, ages = zip(*handovers, strict=True)
+    rows = await conn.fetch(_MARK_MANY, list(agents), list(firsts), list(lasts), list(ages))
+    return [r["latency"] for r in rows]
+
+
 async def cursor(conn: Conn, agent_id: str) -> asyncpg.Record | None:
     return await conn.fetchrow(
         "SELECT inbox_seq, acked_seq, inbox_floor FROM agents WHERE agent_id = $1", agent_id)

@@ -1,0 +1,145 @@
+"""Long-polls wake from the commit, on every web process (issue 13 item 4, ADR 021).
+
+Two real web processes on a database of their own, with NO relay and NO push
+worker: nothing writes the agents' Redis streams or publishes event notices, so
+the only thing that can wake a long-poll parked on process B for a send made on
+process A is the commit notice A publishes after its commit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import AsyncIterator
+
+import httpx
+import pytest
+import redis.asyncio as aioredis
+
+from app.db import create_pool
+from app.delivery import NOTIFY_CHANNEL, commit_notice, event_notice
+from app.inbox_hub import LONG_POLL, STREAM, CommitNotices, InboxHub
+from app.relay_wakeup import RelayWakeup
+from app.settings import Settings
+from app.writes import NewEvent, writes
+from devstack.process import free_port
+from tests.support.meshapi import MeshFactory
+from tests.support.procs import MeshProcess
+
+# A parked long-poll re-reads Postgres this often on its own (app.services.inbox),
+# which would answer it without any notice. The answer must come well inside one
+# such period after the send: the commit notice takes milliseconds, and on code
+# without it (main before ADR 021) the answer waits for that re-read — so this is
+# the bound that makes the test fail there, not a performance figure.
+PERIODIC_REREAD_SECONDS = 5.0
+
+
+async def _metric(http: httpx.AsyncClient, name: str) -> float:
+    for line in (await http.get("/metrics")).text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+async def _until_parked(http: httpx.AsyncClient, base: float) -> None:
+    async with asyncio.timeout(20):
+        while await _metric(http, "agent_mesh_longpoll_waiting") <= base:  # noqa: ASYNC110
+            await asyncio.sleep(0.02)  # a gauge has no event to await
+
+
+@pytest.fixture
+async def two_webs(iso: Settings) -> AsyncIterator[list[MeshProcess]]:
+    webs = [MeshProcess("web", iso), MeshProcess("web", iso)]
+    try:
+        await asyncio.gather(*(w.start() for w in webs))
+        yield webs
+    finally:
+        for w in webs:
+            w.stop_quietly()
+
+
+async def test_long_poll_on_another_process_answers_from_the_commit_notice(
+        two_webs: list[MeshProcess], iso: Settings) -> None:
+    web_a, web_b = two_webs
+    redis = aioredis.from_url(iso.redis_url)
+    pubsub = redis.pubsub(ignore_subscribe_messages=True)
+    await pubsub.subscribe(NOTIFY_CHANNEL)
+    try:
+        async with MeshFactory.connect(web_a.url) as mesh, \
+                httpx.AsyncClient(base_url=web_b.url, timeout=40) as http_b:
+            a, b_on_a = await mesh.pair()
+            b = dataclasses.replace(b_on_a, http=http_b)
+            after = (await b.inbox())["next_after"]
+            base = await _metric(http_b, "agent_mesh_longpoll_waiting")
+            poll = asyncio.create_task(b.inbox(after=after, wait=25))
+            await _until_parked(http_b, base)
+
+            sent = await a.send(b.agent_id, "wake me from the commit")
+            page = await asyncio.wait_for(poll, PERIODIC_REREAD_SECONDS / 2)
+            assert [e["task_id"] for e in page["events"]] == [sent["task_id"]]
+
+            # The notice that did it, and no push worker's notice for the event.
+            seen: list[bytes] = []
+            async with asyncio.timeout(10):
+                while commit_notice(b.agent_id).encode() not in seen:
+                    message = await pubsub.get_message(timeout=1.0)
+                    if message is not None:
+                        seen.append(message["data"])
+            assert event_notice(b.agent_id, page["next_after"]).encode() not in seen
+    finally:
+        await pubsub.aclose()
+        await redis.aclose()
+
+
+async def test_a_commit_notice_wakes_long_polls_only_never_streams(migrated: Settings,
+                                                                   uniq: str) -> None:
+    """SSE reads the Redis stream the push worker writes: woken by a commit notice
+    it would find nothing there, so the hub must leave it parked."""
+    hub = InboxHub(migrated.redis_url)
+    redis = aioredis.from_url(migrated.redis_url)
+    await hub.start()
+    try:
+        await asyncio.wait_for(hub.connected.wait(), 20)
+        agent, marker = f"ag_{uniq}", f"ag_{uniq}_marker"
+        async with hub.watch(agent, LONG_POLL) as poll, hub.watch(agent, STREAM) as stream, \
+                hub.watch(marker, STREAM) as after_it:
+            await redis.publish(NOTIFY_CHANNEL, commit_notice(agent))
+            # Notices arrive in order on the one subscription: once the marker's
+            # event notice has woken its waiter, the commit notice has been handled.
+            await redis.publish(NOTIFY_CHANNEL, event_notice(marker, 1))
+            assert await after_it.wait(20)
+            assert await poll.wait(0)
+            assert not await stream.wait(0)
+            # An event notice (the push worker's) still wakes both kinds.
+            await redis.publish(NOTIFY_CHANNEL, event_notice(agent, 1))
+            assert await stream.wait(20)
+            assert await poll.wait(20)
+    finally:
+        await hub.stop()
+        await redis.aclose()
+
+
+async def test_a_failed_commit_notice_is_logged_never_raised(
+        two_webs: list[MeshProcess], iso: Settings, caplog: pytest.LogCaptureFixture) -> None:
+    """The write is durable once committed: a Redis that cannot take the notice
+    must not turn it into an error (the long-poll's own re-read is the net)."""
+    async with MeshFactory.connect(two_webs[0].url) as mesh:
+        _, b = await mesh.pair()
+    pool = await create_pool(iso, min_size=1, max_size=2)
+    nowhere = aioredis.from_url(f"redis://127.0.0.1:{free_port()}", socket_connect_timeout=1)
+    notices = CommitNotices(nowhere)
+    wakeup = RelayWakeup(pool, notices)
+    await notices.start()
+    try:
+        async with writes(pool, topic=iso.bus_topic, wakeup=wakeup) as tx:
+            [row] = await tx.append([NewEvent(agent_id=b.agent_id, type="test.ping",
+                                              payload={})])
+        assert await pool.fetchval("SELECT count(*) FROM inbox_events WHERE agent_id = $1 "
+                                   "AND seq = $2", b.agent_id, row["seq"]) == 1
+        async with asyncio.timeout(20):
+            while "could not publish commit notices" not in caplog.text:  # noqa: ASYNC110
+                await asyncio.sleep(0.02)  # a log line has no event to await
+    finally:
+        await notices.stop()
+        await nowhere.aclose()
+        await pool.close()
