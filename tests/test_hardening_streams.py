@@ -12,8 +12,8 @@ import httpx
 import pytest
 
 from app.settings import Settings
-from tests.api_helpers import problem
-from tests.support.meshapi import MeshFactory
+from tests.api_helpers import problem, until
+from tests.support.meshapi import AgentHandle, MeshFactory
 from tests.support.servers import serve_app
 
 TOO_BIG = str(2**63)  # one past BIGINT
@@ -59,8 +59,21 @@ async def test_parked_long_poll_ends_when_credentials_are_revoked(mesh: MeshFact
     answer = await asyncio.wait_for(poll, 20)
     problem(answer, 401, "revoked")
     if how == "revoke-key":
-        task = (await a.get(f"/v1/mesh/tasks/{sent['task_id']}")).json()
-        assert all(m.get("delivered_at") is None for m in task["messages"]), task
+        # Receipts are marked in batches (ADR 021): hand a later message to c and
+        # await its receipt, so any hand-over to b queued before it was flushed too.
+        c = await owner.agent("c")
+        await mesh.befriend(a, c)
+        fence = await a.send(c.agent_id, "fence")
+        assert (await c.inbox(wait=10))["events"]
+        await until(lambda: _receipt_state(a, fence["task_id"], "delivered"))
+        assert await _receipt_state(a, sent["task_id"], "queued")
+
+
+async def _receipt_state(sender: AgentHandle, task_id: str, status: str) -> bool:
+    task = (await sender.get(f"/v1/mesh/tasks/{task_id}")).json()
+    receipts = [m["receipt"] for m in task["messages"] if m.get("receipt")]
+    assert receipts, task
+    return all(r["status"] == status for r in receipts)
 
 
 async def _parked(http: httpx.AsyncClient, base: float) -> bool:
