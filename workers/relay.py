@@ -57,10 +57,6 @@ class Relay:
     async def relay_batch(self) -> int:
         """Claim, publish and mark one batch; return how many rows it held."""
         async with self.pool.acquire() as conn, conn.transaction():
-            # A "sent" mark lost in a crash only means the rows are published
-            # again, which the push fan-out drops by seq: no need to wait for the
-            # WAL flush of every batch.
-            await conn.execute("SET LOCAL synchronous_commit = off")
             rows = await outbox_store.claim(conn, self.settings.relay_batch_size,
                                            self.settings.bus_topic)
             if not rows:
