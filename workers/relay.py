@@ -5,7 +5,8 @@ published, and marked in the same transaction — ``sent`` only for the records
 the broker acknowledged, a backed-off retry or the dead letter for the rest.
 If the relay dies mid-batch the transaction rolls back and the rows are
 claimed again: the bus may then carry a record twice, which the push fan-out
-drops by seq.
+drops by seq. While one batch is published and marked the next is claimed and
+encoded (see :meth:`Relay.drain`, ADR 022).
 
 The relay wakes on the ``NOTIFY`` each write transaction sends at commit, so
 delivery never waits for a poll; the sweep timer only catches retries that
