@@ -31,6 +31,8 @@ from aiokafka.errors import (
     RecordListTooLargeError,
     TopicAlreadyExistsError,
 )
+from aiokafka.partitioner import DefaultPartitioner
+from aiokafka.record.default_records import DefaultRecordBatchBuilder
 
 from workers.bus import (
     BusOptions,
@@ -49,6 +51,10 @@ log = logging.getLogger(__name__)
 _RECORD_OVERHEAD = 1024
 _MAX_BATCH_BYTES = 256 * 1024
 _NO_ERROR = 0
+# Keys (agents) whose partition is remembered; past that the cache starts over.
+_PARTITION_CACHE = 100_000
+_PARTITIONER = DefaultPartitioner()
+_estimate_size = DefaultRecordBatchBuilder.estimate_size_in_bytes
 
 
 def connection_options(options: BusOptions) -> dict[str, Any]:
@@ -150,6 +156,9 @@ class KafkaPublisher:
         self._options = options
         self._producer: AIOKafkaProducer | None = None
         self._topic_limit: int | None = None
+        self._request_limit = options.max_record_bytes + _RECORD_OVERHEAD
+        self._partitions: list[int] = []
+        self._partition_of: dict[str, int] = {}
         # One batch at a time: swapping a broken producer must not race a send.
         self._lock = asyncio.Lock()
 
@@ -174,6 +183,7 @@ class KafkaPublisher:
         limit = self._options.max_record_bytes + _RECORD_OVERHEAD
         if self._topic_limit is not None:
             limit = min(limit, self._topic_limit)
+        self._request_limit = limit
         producer = AIOKafkaProducer(
             bootstrap_servers=self._bootstrap,
             # aiokafka defaults to acks=1 without idempotence: a leader crash
@@ -216,53 +226,113 @@ class KafkaPublisher:
         todo: list[int],
         results: list[PublishError | None],
     ) -> None:
+        """One closed record batch per partition (more only past max_batch_size),
+        handed to the producer whole: no per-record future, partition lookup or
+        accumulator call, and every partition's batch leaves in one produce
+        request instead of the first record alone followed by the rest."""
         timeout = self._options.publish_timeout
-        futures: dict[int, asyncio.Future[Any]] = {}
+        submitted: list[tuple[list[int], asyncio.Future[Any]]] = []
         broken: BaseException | None = None
         try:
             async with asyncio.timeout(timeout):
                 if self._producer is None:
                     self._producer = await self._new_producer()
                 producer = self._producer
-                for i in todo:
-                    key, value = records[i]
-                    try:
-                        futures[i] = await producer.send(self._topic, value, key=key.encode())
-                    except MessageSizeTooLargeError as exc:
-                        results[i] = _rejected(exc)
-                    except KafkaError as exc:
-                        # The producer itself is failing (dead sender, no
-                        # metadata, full buffer): stop feeding it.
-                        broken = exc
-                        break
-                if futures:
-                    await asyncio.wait(futures.values())
+                by_partition = self._route(records, todo, results,
+                                           sorted(await producer.partitions_for(self._topic)))
+                try:
+                    for partition, indexes in by_partition.items():
+                        await self._submit(producer, partition, records, indexes, submitted)
+                except KafkaError as exc:
+                    # The producer itself is failing (dead sender, no metadata,
+                    # closed accumulator): stop feeding it.
+                    broken = exc
+                if submitted:
+                    await asyncio.wait([fut for _, fut in submitted])
         except TimeoutError:
             broken = broken or TimeoutError(f"no acknowledgement within {timeout}s")
         except (KafkaError, OSError) as exc:
             broken = exc  # building the producer failed: the broker is unreachable
 
-        for i in todo:
-            if results[i] is not None:
-                continue
-            fut = futures.get(i)
-            if fut is None:
-                results[i] = _unavailable(f"not sent to Kafka: {broken!r}", broken)
-            elif not fut.done() or fut.cancelled():
-                results[i] = _unavailable(f"Kafka did not acknowledge within {timeout}s", broken)
+        for indexes, fut in submitted:
+            error: PublishError | None = None
+            if not fut.done() or fut.cancelled():
+                error = _unavailable(f"Kafka did not acknowledge within {timeout}s", broken)
             elif (exc := fut.exception()) is not None:
                 # With idempotence aiokafka retries retriable errors itself, so
                 # a failed future means the producer's state is suspect.
                 broken = broken or exc
-                if isinstance(exc, MessageSizeTooLargeError | RecordListTooLargeError):
-                    results[i] = _rejected(exc)
-                else:
-                    results[i] = _unavailable(f"Kafka did not take the record: {exc!r}", exc)
+                error = (_rejected(exc)
+                         if isinstance(exc, MessageSizeTooLargeError | RecordListTooLargeError)
+                         else _unavailable(f"Kafka did not take the record: {exc!r}", exc))
+            else:
+                continue
+            for i in indexes:
+                results[i] = error
+        done = {i for indexes, _ in submitted for i in indexes}
+        for i in todo:
+            if results[i] is None and i not in done:
+                results[i] = _unavailable(f"not sent to Kafka: {broken!r}", broken)
 
         if broken is not None and self._producer is not None:
             producer, self._producer = self._producer, None
             log.warning("kafka producer reset after %r; the next publish builds a new one", broken)
             await _abandon(producer, min(timeout, 5.0))
+
+    def _route(
+        self,
+        records: Sequence[tuple[str, bytes]],
+        todo: list[int],
+        results: list[PublishError | None],
+        partitions: list[int],
+    ) -> dict[int, list[int]]:
+        """The records to send by partition, in publish order; a record over the
+        request limit is refused here, as ``send()`` would have refused it."""
+        if partitions != self._partitions:
+            self._partitions = partitions
+            self._partition_of.clear()
+        elif len(self._partition_of) > _PARTITION_CACHE:
+            self._partition_of.clear()
+        by_partition: dict[int, list[int]] = {}
+        for i in todo:
+            key, value = records[i]
+            size = _estimate_size(key.encode(), value, [])
+            if size > self._request_limit:
+                results[i] = _rejected(MessageSizeTooLargeError(
+                    f"the record is {size} bytes, over max_request_size {self._request_limit}"))
+                continue
+            partition = self._partition_of.get(key)
+            if partition is None:
+                # The default partitioner's choice (murmur2 of the key), so a key
+                # keeps the partition that per-record send() gave it.
+                partition = _PARTITIONER(key.encode(), partitions, partitions)
+                self._partition_of[key] = partition
+            by_partition.setdefault(partition, []).append(i)
+        return by_partition
+
+    async def _submit(
+        self,
+        producer: AIOKafkaProducer,
+        partition: int,
+        records: Sequence[tuple[str, bytes]],
+        indexes: list[int],
+        submitted: list[tuple[list[int], asyncio.Future[Any]]],
+    ) -> None:
+        batch = producer.create_batch()
+        members: list[int] = []
+        for i in indexes:
+            key, value = records[i]
+            if batch.append(key=key.encode(), value=value, timestamp=None) is None:
+                # Full: send it and start the next (an empty batch takes any record).
+                submitted.append((members, await producer.send_batch(
+                    batch, self._topic, partition=partition)))
+                batch, members = producer.create_batch(), []
+                batch.append(key=key.encode(), value=value, timestamp=None)
+            members.append(i)
+        # Closed, so the sender takes it at once instead of lingering for more.
+        batch.close()
+        submitted.append((members, await producer.send_batch(batch, self._topic,
+                                                             partition=partition)))
 
 
 class KafkaSubscriber:

@@ -1,11 +1,12 @@
 """Push fan-out: the bus → each recipient's Redis Stream ``inbox:{agent_id}``.
 
-For every record the push script appends the event to the agent's stream with
+For every record the push worker appends the event to the agent's stream with
 the explicit entry id ``{seq}-0`` — Redis refuses an id not above the stream's
 last one, which makes "write only if newer" atomic and free — then PUBLISHes a
-wake-up for the web processes holding that agent's SSE streams or long-polls.
-Offsets are committed only after the writes, so a crash re-delivers and the
-script drops what was already written.
+wake-up for the web processes holding that agent's SSE streams or long-polls;
+a whole fetched batch is one Redis pipeline (ADR 022). Offsets are committed
+only after the writes, so a crash re-delivers and Redis refuses what was
+already written.
 
 Run: ``python -m workers.push`` (the Procfile ``push`` process), built and
 stopped by :mod:`workers.runtime` like the relay.
@@ -22,7 +23,7 @@ from dataclasses import dataclass
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
-from app import delivery
+from app import delivery, event_wire
 from app.metrics import DEDUP_HITS, PUSH_WRITTEN
 from app.retry import Backoff, retry
 from app.settings import Settings
@@ -31,20 +32,15 @@ from workers.bus import Delivery, Subscriber
 
 log = logging.getLogger("mesh.push")
 
-# KEYS[1] stream; ARGV: entry id, event bytes, type, maxlen, channel, notice, ttl,
-# the event and type field names. Returns 1 when written, 0 when the stream
-# already had this seq or a newer one. Names and formats: app.delivery.
-PUSH_SCRIPT = """
-local ok = redis.pcall('XADD', KEYS[1], 'MAXLEN', '~', ARGV[4], ARGV[1],
-                       ARGV[8], ARGV[2], ARGV[9], ARGV[3])
-if type(ok) == 'table' and ok.err then
-  if string.find(ok.err, 'equal or smaller') then return 0 end
-  return redis.error_reply(ok.err)
-end
-redis.call('EXPIRE', KEYS[1], ARGV[7])
-redis.call('PUBLISH', ARGV[5], ARGV[6])
-return 1
-"""
+# What a plain XADD answers for an id not above the stream's last one: the seq
+# was written before (a redelivery), so the record is a duplicate.
+_ALREADY_WRITTEN = "equal or smaller"
+
+
+# Records per fetch (one Redis pipeline each), and the longest a written record
+# waits for its offset commit (ADR 022: measured against a commit per fetch).
+FETCH_RECORDS = 1000
+COMMIT_INTERVAL = 0.1
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,15 +54,19 @@ class PushEvent:
 
 def parse(record: Delivery) -> PushEvent | None:
     """The recipient, seq and type of a bus record; None for a record we cannot
-    read (logged and skipped: it can never become deliverable by retrying)."""
+    read (logged and skipped: it can never become deliverable by retrying).
+    The relay's records are read from their head only (event_wire.peek); the
+    body is never parsed, the bytes go to Redis as they came."""
     try:
-        event = json.loads(record.value)
-        seq = int(event["seq"])
-        kind = str(event.get("type") or "message")
+        head = event_wire.peek(record.value)
+        if head is None:  # not encode_event's bytes (a row relayed as written)
+            event = json.loads(record.value)
+            head = int(event["seq"]), str(event.get("type") or "")
+        seq, kind = head
     except (UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError) as exc:
         log.error("push: unreadable record for key %r skipped: %s", record.key, exc)
         return None
-    return PushEvent(record.key, seq, kind, record.value)
+    return PushEvent(record.key, seq, kind or "message", record.value)
 
 
 class Push:
@@ -74,7 +74,6 @@ class Push:
         self.settings = settings
         self.redis = redis
         self.subscriber = subscriber
-        self.script = redis.register_script(PUSH_SCRIPT)
         self._stopping = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         # Cut short by stop(): what is not written is not committed, so redelivered.
@@ -83,41 +82,77 @@ class Push:
         self.duplicates = 0
 
     async def write(self, events: Sequence[PushEvent]) -> None:
-        """Write a batch in one round trip (a pipeline of script calls)."""
+        """Write a batch in one round trip: one pipeline of an XADD per event
+        (the explicit id ``{seq}-0`` is the dedup: Redis refuses an id not above
+        the stream's last), then one EXPIRE per stream and one notice per agent.
+        Notices are hints that make a reader re-read its stream, so one per
+        agent and batch wakes it as well as one per event did."""
         if not events:
             return
-        async with self.redis.pipeline(transaction=False) as pipe:
-            for ev in events:
-                await self.script(
-                    keys=[delivery.inbox_stream_key(ev.agent_id)],
-                    args=[delivery.entry_id(ev.seq), ev.raw, ev.type,
-                          self.settings.push_stream_maxlen, delivery.NOTIFY_CHANNEL,
-                          delivery.event_notice(ev.agent_id, ev.seq),
-                          delivery.STREAM_TTL_SECONDS, delivery.EVENT_FIELD,
-                          delivery.TYPE_FIELD],
-                    client=pipe)
-            results = await pipe.execute()
-        written = sum(1 for r in results if r == 1)
+        maxlen = self.settings.push_stream_maxlen
+        pipe = self.redis.pipeline(transaction=False)
+        last_seq: dict[str, int] = {}
+        for ev in events:
+            pipe.xadd(delivery.inbox_stream_key(ev.agent_id),
+                      {delivery.EVENT_FIELD: ev.raw, delivery.TYPE_FIELD: ev.type},
+                      id=delivery.entry_id(ev.seq), maxlen=maxlen, approximate=True)
+            last_seq[ev.agent_id] = max(ev.seq, last_seq.get(ev.agent_id, 0))
+        for agent_id in last_seq:
+            pipe.expire(delivery.inbox_stream_key(agent_id), delivery.STREAM_TTL_SECONDS)
+        for agent_id, seq in last_seq.items():
+            pipe.publish(delivery.NOTIFY_CHANNEL, delivery.event_notice(agent_id, seq))
+        async with pipe:
+            results = await pipe.execute(raise_on_error=False)
+        written = dups = 0
+        for result in results[:len(events)]:
+            if not isinstance(result, Exception):
+                written += 1
+            elif _ALREADY_WRITTEN in str(result):
+                dups += 1
+            else:
+                raise result  # e.g. WRONGTYPE or OOM: retried, the batch is idempotent
+        for result in results[len(events):]:
+            if isinstance(result, Exception):
+                raise result
         self.written += written
         PUSH_WRITTEN.inc(written)
-        dups = len(results) - written
         if dups:
             self.duplicates += dups
             DEDUP_HITS.labels(where="push").inc(dups)
 
-    async def handle(self, deliveries: Sequence[Delivery]) -> None:
+    async def handle(self, deliveries: Sequence[Delivery]) -> bool:
+        """Write a fetched batch; True once it is in Redis (then it may be committed)."""
         events = [e for e in (parse(d) for d in deliveries) if e is not None]
         try:
             await retry(lambda: self.write(events), self._backoff, (RedisError, OSError))
         except (RedisError, OSError):
-            return  # stopping: not committed, so the group re-delivers after a restart
-        await self.subscriber.commit(deliveries)
+            return False  # stopping: not committed, so the group re-delivers after a restart
+        return True
 
     async def run(self) -> None:
-        while not self._stopping.is_set():
-            deliveries = await self.subscriber.fetch(max_records=1000, wait=1.0)
-            if deliveries:
-                await self.handle(deliveries)
+        """Fetch, write, and commit what was written at most every COMMIT_INTERVAL:
+        under a trickle of events a commit per fetch was a broker request per
+        event or two. Written but uncommitted records are only redelivered after
+        a crash, and Redis refuses them again by seq; a stop commits them."""
+        loop = asyncio.get_running_loop()
+        written: list[Delivery] = []
+        commit_at = 0.0
+        try:
+            while not self._stopping.is_set():
+                wait = 1.0 if not written else max(0.0, commit_at - loop.time())
+                deliveries = await self.subscriber.fetch(max_records=FETCH_RECORDS, wait=wait)
+                if deliveries:
+                    if not await self.handle(deliveries):
+                        break
+                    if not written:
+                        commit_at = loop.time() + COMMIT_INTERVAL
+                    written.extend(deliveries)
+                if written and loop.time() >= commit_at:
+                    await self.subscriber.commit(written)
+                    written = []
+        finally:
+            if written:
+                await self.subscriber.commit(written)
 
     @property
     def task(self) -> asyncio.Task[None] | None:

@@ -5,7 +5,8 @@ published, and marked in the same transaction — ``sent`` only for the records
 the broker acknowledged, a backed-off retry or the dead letter for the rest.
 If the relay dies mid-batch the transaction rolls back and the rows are
 claimed again: the bus may then carry a record twice, which the push fan-out
-drops by seq.
+drops by seq. While one batch is published and marked the next is claimed and
+encoded (see :meth:`Relay.drain`, ADR 022).
 
 The relay wakes on the ``NOTIFY`` each write transaction sends at commit, so
 delivery never waits for a poll; the sweep timer only catches retries that
@@ -21,8 +22,10 @@ import asyncio
 import contextlib
 import logging
 import time
+from dataclasses import dataclass
 
 import asyncpg
+from asyncpg.transaction import Transaction
 
 from app import db
 from app.metrics import DEAD_LETTERS, OUTBOX_DISPATCH, OUTBOX_PENDING, RELAY_BATCHES
@@ -56,16 +59,35 @@ class Relay:
 
     async def relay_batch(self) -> int:
         """Claim, publish and mark one batch; return how many rows it held."""
-        async with self.pool.acquire() as conn, conn.transaction():
-            # A "sent" mark lost in a crash only means the rows are published
-            # again, which the push fan-out drops by seq: no need to wait for the
-            # WAL flush of every batch.
-            await conn.execute("SET LOCAL synchronous_commit = off")
+        batch = await self._claim()
+        return 0 if batch is None else await self._finish(batch)
+
+    async def _claim(self) -> _Claimed | None:
+        """Lock the next due rows in a transaction of their own and encode them;
+        None (nothing left open) when no row is due."""
+        conn: asyncpg.Connection = await self.pool.acquire()
+        tx = conn.transaction()
+        try:
+            await tx.start()
             rows = await outbox_store.claim(conn, self.settings.relay_batch_size,
                                            self.settings.bus_topic)
-            if not rows:
-                return 0
-            results = await self._publish(rows)
+            if rows:
+                return _Claimed(conn, tx, rows, [_bus_value(r) for r in rows])
+            await tx.rollback()
+        except BaseException:
+            await _discard(conn, tx)
+            await self.pool.release(conn)
+            raise
+        await self.pool.release(conn)
+        return None
+
+    async def _finish(self, batch: _Claimed) -> int:
+        """Publish a claimed batch and mark it in its transaction: ``sent`` only
+        for the records the broker acknowledged, a backed-off retry or the dead
+        letter for the rest."""
+        rows = batch.rows
+        try:
+            results = await self._publish(rows, batch.values)
             sent: list[int] = []
             failed_ids: list[int] = []
             errors: list[str] = []
@@ -78,9 +100,15 @@ class Relay:
                 errors.append(_describe(result))
                 dead.append(not result.retriable
                             or row["attempts"] + 1 >= self.settings.relay_max_attempts)
-            await outbox_store.mark_sent(conn, sent)
-            await outbox_store.mark_failed_attempts(conn, failed_ids, errors, dead,
+            await outbox_store.mark_sent(batch.conn, sent)
+            await outbox_store.mark_failed_attempts(batch.conn, failed_ids, errors, dead,
                                                     self.settings.relay_retry_base_seconds)
+            await batch.tx.commit()
+        except BaseException:
+            await _discard(batch.conn, batch.tx)
+            raise
+        finally:
+            await self.pool.release(batch.conn)
         self.batches += 1
         RELAY_BATCHES.inc()
         self.bus_healthy = bool(sent) or not failed_ids
@@ -93,10 +121,10 @@ class Relay:
                         len(failed_ids), len(rows), n_dead, errors[0])
         return len(rows)
 
-    async def _publish(self, rows: list[asyncpg.Record]) -> list[PublishError | None]:
+    async def _publish(self, rows: list[asyncpg.Record],
+                       values: list[bytes | PublishError]) -> list[PublishError | None]:
         """Publish each row's bus value. A row that has none fails for good (it
         can never become publishable) instead of failing the batch; the rest flow on."""
-        values = [_bus_value(r) for r in rows]
         ok = [(r, v) for r, v in zip(rows, values, strict=True) if isinstance(v, bytes)]
         # The outbox id travels as the record's message id (NATS: Nats-Msg-Id, so
         # the broker itself drops a republished row).
@@ -105,14 +133,42 @@ class Relay:
         return [next(published) if isinstance(v, bytes) else v for v in values]
 
     async def drain(self) -> int:
-        """Relay until no due row is left (or the bus refuses everything)."""
+        """Relay until no due row is left (or the bus refuses everything).
+
+        Two batches overlap: while one is published and marked, the next is
+        claimed (SKIP LOCKED passes over the rows the first holds) and encoded,
+        so the relay's CPU work runs during the broker's and Postgres' round
+        trips instead of after them. Publishes stay one after the other, in
+        claim order, so records of one key reach the bus in outbox order as
+        before. A claimed batch that is not to be published (the bus refused
+        the one before, or a stop) is rolled back untouched: no attempt spent.
+        """
         total = 0
-        while not self._stopping:
-            n = await self.relay_batch()
-            total += n
-            if n < self.settings.relay_batch_size or not self.bus_healthy:
-                break
+        full = self.settings.relay_batch_size
+        ahead: asyncio.Task[_Claimed | None] | None = asyncio.create_task(self._claim())
+        try:
+            while ahead is not None and not self._stopping:
+                batch, ahead = await ahead, None
+                if batch is None:
+                    break
+                if len(batch.rows) >= full:
+                    ahead = asyncio.create_task(self._claim())
+                total += await self._finish(batch)
+                if not self.bus_healthy:
+                    break
+        finally:
+            if ahead is not None:
+                await self._give_back(ahead)
         return total
+
+    async def _give_back(self, ahead: asyncio.Task[_Claimed | None]) -> None:
+        try:
+            batch = await ahead
+        except Exception:  # its claim failed: nothing is held
+            return
+        if batch is not None:
+            await _discard(batch.conn, batch.tx)
+            await self.pool.release(batch.conn)
 
     # --- the loop -------------------------------------------------------------------
 
@@ -205,6 +261,23 @@ class Relay:
             except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
                 reason = f"LISTEN connection failed ({exc})"
             await backoff.wait(reason)
+
+
+@dataclass(slots=True)
+class _Claimed:
+    """A claimed batch: its rows stay locked until ``tx`` ends."""
+
+    conn: asyncpg.Connection
+    tx: Transaction
+    rows: list[asyncpg.Record]
+    values: list[bytes | PublishError]
+
+
+async def _discard(conn: asyncpg.Connection, tx: Transaction) -> None:
+    """Roll back (the rows are claimable again); a connection that broke is
+    dropped by the pool, which ends its transaction just the same."""
+    with contextlib.suppress(Exception):
+        await tx.rollback()
 
 
 def _bus_value(row: asyncpg.Record) -> bytes | PublishError:

@@ -1,0 +1,139 @@
+"""The relay's batch path (ADR 022): the claim walks the pending index in id order
+whatever the statistics say, overlapping batches publish in claim order, a batch
+claimed ahead is given back untouched when the bus refuses the one before, and
+the Kafka publisher's per-partition batches keep each key's partition and order."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+
+import pytest
+from aiokafka import AIOKafkaConsumer
+from aiokafka.partitioner import DefaultPartitioner
+
+from app.settings import Settings
+from app.store import outbox as outbox_store
+from devstack.process import free_port
+from devstack.redis import Redis as RedisServer
+from workers import relay as relay_worker
+from workers.bus import BusOptions
+from workers.runtime import opened
+
+
+def isolated(settings: Settings, uniq: str, **extra: object) -> Settings:
+    return settings.model_copy(update={"bus_topic": f"t-{uniq}", "push_group": f"g-{uniq}",
+                                       **extra})
+
+
+async def insert_rows(db, topic: str, n: int, keys: int) -> None:
+    await db.execute(
+        "INSERT INTO outbox_events (topic, key, payload) "
+        "SELECT $1, 'agent-' || (i % $3), jsonb_build_object('seq', i) "
+        "FROM generate_series(1, $2) i", topic, n, keys)
+
+
+async def test_the_claim_walks_the_pending_index_in_order_after_a_burst(
+        migrated: Settings, db, uniq: str) -> None:
+    """Right after a burst of inserts the statistics are stale; the claim must
+    still stop after its LIMIT instead of joining and sorting every pending row."""
+    topic = f"t-{uniq}"
+    await insert_rows(db, topic, 20_000, 16)
+    async with db.acquire() as conn, conn.transaction():
+        await conn.execute(outbox_store.CLAIM_SETUP_SQL)
+        plan = "\n".join(r[0] for r in await conn.fetch(
+            "EXPLAIN (ANALYZE, COSTS OFF) " + outbox_store.CLAIM_SQL, 500, topic))
+        assert "Index Scan using outbox_pending_idx" in plan, plan
+        assert "Sort" not in plan and "Bitmap" not in plan, plan
+        assert await conn.fetchval("SHOW synchronous_commit") == "off"
+    await db.execute("DELETE FROM outbox_events WHERE topic = $1", topic)
+
+
+async def test_overlapping_batches_publish_every_row_once_in_order_per_key(
+        migrated: Settings, db, uniq: str) -> None:
+    settings = isolated(migrated, uniq, relay_batch_size=40)
+    n = 1000
+    await insert_rows(db, settings.bus_topic, n, 7)
+    async with opened(settings) as rt:
+        relay = await relay_worker.build(rt)
+        subscriber = await rt.subscriber(settings.push_group, "count")
+        assert await relay.drain() == n
+        assert relay.batches == n // 40
+        statuses = dict(await db.fetch("SELECT status, count(*) FROM outbox_events "
+                                       "WHERE topic = $1 GROUP BY status", settings.bus_topic))
+        assert statuses == {"sent": n}
+        by_key: dict[str, list[int]] = {}
+        received = 0
+        while received < n:
+            batch = await subscriber.fetch(1000, 5.0)
+            assert batch, f"the bus went quiet after {received} of {n} records"
+            for d in batch:
+                by_key.setdefault(d.key, []).append(json.loads(d.value)["seq"])
+            received += len(batch)
+            await subscriber.commit(batch)
+    assert sum(map(len, by_key.values())) == n
+    for key, seqs in by_key.items():
+        assert seqs == sorted(set(seqs)), f"{key}: out of order or twice: {seqs[:20]}"
+        assert len(seqs) == len([i for i in range(1, n + 1) if f"agent-{i % 7}" == key])
+
+
+async def test_a_batch_claimed_ahead_is_given_back_when_the_bus_refuses(
+        migrated: Settings, db, uniq: str, tmp_path) -> None:
+    """The first batch fails (bus gone): only its rows spend an attempt; the
+    batch claimed meanwhile is rolled back, pending and untried."""
+    bus_redis = RedisServer(tmp_path / "bus", free_port(), persist=False)
+    bus_redis.start()
+    settings = isolated(migrated, uniq, bus="redis", redis_url=bus_redis.url,
+                        relay_batch_size=10, relay_retry_base_seconds=60.0)
+    await insert_rows(db, settings.bus_topic, 30, 3)
+    try:
+        async with opened(settings, bus_options=BusOptions(publish_timeout=0.5,
+                                                           connect_timeout=2)) as rt:
+            relay = await relay_worker.build(rt)
+            bus_redis.stop()
+            assert await relay.drain() == 10
+            assert not relay.bus_healthy
+    finally:
+        with contextlib.suppress(Exception):
+            bus_redis.stop()
+    rows = await db.fetch("SELECT status, attempts FROM outbox_events WHERE topic = $1 "
+                          "ORDER BY id", settings.bus_topic)
+    assert [(r["status"], r["attempts"]) for r in rows] == \
+        [("pending", 1)] * 10 + [("pending", 0)] * 20
+    # Nothing is left locked: the given-back rows are claimable at once.
+    async with db.acquire() as conn, conn.transaction():
+        claimed = await outbox_store.claim(conn, 100, settings.bus_topic)
+    assert len(claimed) == 20
+
+
+async def test_kafka_batches_keep_the_default_partition_and_order_of_each_key(
+        migrated: Settings, uniq: str) -> None:
+    """Big enough that a partition's records span several record batches."""
+    if migrated.bus_kind != "kafka":
+        pytest.skip("Kafka only")
+    settings = isolated(migrated, uniq)
+    keys = [f"agent-{k}@x" for k in range(5)]
+    records = [(keys[i % 5], json.dumps({"i": i, "pad": "x" * 2000}).encode())
+               for i in range(600)]
+    async with opened(settings) as rt:
+        publisher = await rt.publisher()
+        assert await publisher.publish_batch(records) == [None] * len(records)
+    consumer = AIOKafkaConsumer(settings.bus_topic, bootstrap_servers=settings.kafka_bootstrap,
+                                auto_offset_reset="earliest", enable_auto_commit=False)
+    await consumer.start()
+    try:
+        partitions = sorted(consumer.partitions_for_topic(settings.bus_topic) or [])
+        got: dict[str, list[tuple[int, int]]] = {}
+        while sum(map(len, got.values())) < len(records):
+            batches = await consumer.getmany(timeout_ms=5000)
+            assert batches, "Kafka went quiet before every record arrived"
+            for tp, recs in batches.items():
+                for rec in recs:
+                    got.setdefault(rec.key.decode(), []).append(
+                        (tp.partition, json.loads(rec.value)["i"]))
+    finally:
+        await consumer.stop()
+    for key in keys:
+        expected = DefaultPartitioner()(key.encode(), partitions, partitions)
+        assert {p for p, _ in got[key]} == {expected}
+        assert [i for _, i in got[key]] == [i for i, (k, _) in enumerate(records) if k == key]
