@@ -65,7 +65,8 @@ async def main_async(args: argparse.Namespace) -> int:
         if args.bus == "nats" and not env.nats:
             print("soak: no nats-server here; use --bus kafka|redis", file=sys.stderr)
             return 2
-        result = await run_soak(plan_of(args), soak_settings(env.settings, args.bus), env.stack)
+        result = await run_soak(plan_of(args), soak_settings(env.settings, args.bus), env.stack,
+                                say=lambda line: print(line, file=sys.stderr, flush=True))
     command = "python bench/soak.py " + shlex.join(sys.argv[1:])
     text = render(result, facts, command)
     out = args.out or REPO / "bench" / "results" / f"{dt.date.today().isoformat()}-soak.md"

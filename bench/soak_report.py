@@ -88,7 +88,7 @@ def render(result: SoakResult, facts: dict[str, str], command: str) -> str:
               f"process's (last) start; sampled every {p.sample_every:g} s with psutil "
               "(process + children). The end sample is taken after healing, readers still "
               "connected.", "",
-              "| process | starts | start at (s) | RSS start → end (MiB) | max | fds start → end "
+              "| process | pids seen | start at (s) | RSS start → end (MiB) | max | fds start → end "
               "| max | verdict |", "|---|---|---|---|---|---|---|---|"]
     if result.sampler is not None:
         for j in result.sampler.judge(p.warmup):

@@ -14,7 +14,7 @@ import math
 import random
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
 import asyncpg
@@ -178,11 +178,13 @@ class Soak:
         self.plan, self.procs, self.cast, self.rng, self.result = plan, procs, cast, rng, result
         self.first_pass_done = asyncio.Event()
         self.sends_done = asyncio.Event()
+        self.faulting = False  # a fault paced by sends must see sends until it has healed
         self.t0 = time.monotonic()
         self.deadline = self.t0 + plan.seconds
 
     def sending(self) -> bool:
-        return time.monotonic() < self.deadline or not self.first_pass_done.is_set()
+        return (time.monotonic() < self.deadline or not self.first_pass_done.is_set()
+                or self.faulting)
 
     async def send(self) -> None:
         run = uuid.uuid4().hex[:8]
@@ -232,15 +234,19 @@ class Soak:
             kind = order.pop(0) if order else self.rng.choice(list(kinds))
             started = time.monotonic()
             run = FaultRun(kind, started - self.t0, 0.0)
+            self.faulting = True
             try:
                 async with asyncio.timeout(self.plan.heal_timeout):
                     await kinds[kind](self.procs)
             except Exception as exc:  # recorded in the report; the run goes on
                 run.error = f"{type(exc).__name__}: {exc}"[:500]
+            finally:
+                self.faulting = False
             run.took = time.monotonic() - started
             self.result.faults.append(run)
             if not order:
                 self.first_pass_done.set()
+        self.first_pass_done.set()
 
     async def churn(self, readers: list[InboxReader]) -> None:
         """Readers go offline for a while and resume after their last seq."""
@@ -264,13 +270,23 @@ class Soak:
         await asyncio.gather(*(one() for _ in range(at_once)))
 
 
-async def run_soak(plan: SoakPlan, settings: Settings, stack: Stack) -> SoakResult:
-    """Run the soak against ``stack`` with ``settings`` (see :func:`soak_settings`)."""
+async def progress_lines(soak: Soak, say: Callable[[str], None], every: float = 60.0) -> None:
+    while True:
+        await asyncio.sleep(every)
+        log = soak.procs.log
+        say(f"soak: {time.monotonic() - soak.t0:.0f} s, {len(log.accepted):,} accepted, "
+            f"{log.retries:,} retries, {len(soak.result.faults)} faults "
+            f"({sum(1 for f in soak.result.faults if f.error)} failed)")
+
+
+async def run_soak(plan: SoakPlan, settings: Settings, stack: Stack,
+                   say: Callable[[str], None] | None = None) -> SoakResult:
+    """Run the soak against ``stack`` with ``settings`` (see :func:`soak_settings`);
+    ``say`` gets a progress line every minute."""
     result = SoakResult(plan, settings.bus_kind)
     rng = random.Random(plan.seed)
     topology = Topology(web=plan.scale, outbox=plan.scale, push=plan.scale, cron=1)
-    pool = await create_pool(settings, min_size=1, max_size=2)
-    try:
+    async with contextlib.AsyncExitStack() as later:
         async with processes(settings, stack, topology) as procs, web_clients(procs) as https, \
                 MeshFactory.connect(procs.webs[0].url) as mesh:
             cast = await build_cast(mesh, plan.agents)
@@ -288,18 +304,24 @@ async def run_soak(plan: SoakPlan, settings: Settings, stack: Stack) -> SoakResu
             soak = Soak(plan, procs, cast, rng, result)
             sampling = asyncio.create_task(sampler.run())
             side = [asyncio.create_task(soak.inject()), asyncio.create_task(soak.churn(readers))]
+            talk = asyncio.create_task(progress_lines(soak, say)) if say else None
             try:
                 await soak.send()
                 await asyncio.gather(*side)
             finally:
                 for task in side:
                     task.cancel()
+                if talk is not None:
+                    talk.cancel()
             result.seconds = time.monotonic() - soak.t0
             result.accepted, result.retries = len(procs.log.accepted), procs.log.retries
             for r in readers:
                 if not r.running:
                     r.start()
             # Heal: every reader reaches its agent's last seq, the outbox drains.
+            # (The pool opens only now: during the outages it would log every retry.)
+            pool = await create_pool(settings, min_size=1, max_size=2)
+            later.push_async_callback(pool.close)
             seqs = await inbox_seqs(pool, cast.agents)
             try:
                 await asyncio.gather(*(r.wait_for(seqs[r.agent.agent_id], plan.heal_timeout)
@@ -322,6 +344,4 @@ async def run_soak(plan: SoakPlan, settings: Settings, stack: Stack) -> SoakResu
                 kind = "long-poll" if isinstance(r, LongPollCollector) else "SSE"
                 result.tallies[r.agent.agent_id] = (
                     kind, tally(procs.log, r, seqs[r.agent.agent_id]))
-    finally:
-        await pool.close()
     return result
