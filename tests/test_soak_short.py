@@ -19,12 +19,13 @@ from app.settings import Settings
 from bench.soak_report import render, verdict
 from bench.soak_run import SoakPlan, faults, run_soak, soak_settings
 from devstack.stack import Stack
-
-pytestmark = pytest.mark.faults
+from tests.support.load import InboxReader, SendLog, tally
+from tests.support.meshapi import AgentHandle
 
 MIB = 2**20
 
 
+@pytest.mark.faults  # `make test` runs it, `make test-fast` skips it
 async def test_short_soak_every_fault_no_loss_no_duplicates_in_order(
         migrated: Settings, stack: Stack) -> None:
     if stack.postgres is None:
@@ -51,3 +52,33 @@ async def test_short_soak_every_fault_no_loss_no_duplicates_in_order(
         first, last = life[0], life[-1]
         assert last.fds <= first.fds + 64, (slot, first, last)
         assert last.rss <= 2 * first.rss + 64 * MIB, (slot, first, last)
+
+
+def _reader(*connections: list[tuple[int, str]]) -> InboxReader:
+    reader = InboxReader("http://unused", AgentHandle("r", "key", "kid", None))  # type: ignore[arg-type]
+    reader.connections = [[{"seq": seq, "type": "task.created",
+                            "payload": {"message": {"message_id": mid}}} for seq, mid in conn]
+                          for conn in connections]
+    return reader
+
+
+def test_the_counting_sees_each_defect() -> None:
+    """The soak's verdict is only as good as ``tally``: each defect is counted."""
+    log = SendLog()
+    for i in range(1, 6):
+        log.accept(f"m{i}", "r")
+    ok = tally(log, _reader([(1, "m1"), (2, "m2")], [(3, "m3"), (4, "m4"), (5, "m5")]), 5)
+    assert ok.clean and ok.messages == 5
+    resent = tally(log, _reader([(1, "m1"), (2, "m2")], [(2, "m2"), (3, "m3"), (4, "m4"),
+                                                         (5, "m5")]), 5)
+    assert (resent.duplicated, resent.lost, resent.out_of_order) == (1, 0, 1)
+    swapped = tally(log, _reader([(1, "m1"), (3, "m3"), (2, "m2"), (4, "m4"), (5, "m5")]), 5)
+    assert swapped.out_of_order and not swapped.lost and not swapped.duplicated
+    skipped = tally(log, _reader([(1, "m1"), (2, "m2")], [(4, "m4"), (5, "m5")]), 5)
+    assert (skipped.lost, skipped.missing_seqs) == (1, 1) and not skipped.clean
+    stored_twice = tally(log, _reader([(1, "m1"), (2, "m2"), (3, "m3"), (4, "m4"), (5, "m5"),
+                                       (6, "m5")]), 6)
+    assert stored_twice.duplicated == 1
+    stranger = tally(log, _reader([(1, "m1"), (2, "m2"), (3, "m3"), (4, "m4"), (5, "m5"),
+                                   (6, "x")]), 6)
+    assert stranger.unexpected == 1 and not stranger.clean

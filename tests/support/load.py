@@ -300,9 +300,12 @@ def tally(log: SendLog, reader: InboxReader, inbox_seq: int) -> Tally:
     got = [e["payload"]["message"]["message_id"] for e in events if e["type"] == "task.created"]
     expected = {m for m, r in log.accepted.items() if r == reader.agent.agent_id}
     received = set(got)
+    # A seq received twice, or one message at two seqs (stored twice), is a duplicate.
+    at_two_seqs = len({(e["seq"], e["payload"]["message"]["message_id"]) for e in events
+                       if e["type"] == "task.created"}) - len(received)
     return Tally(events=len(seqs), messages=len(received & expected),
                  lost=len(expected - received),
-                 duplicated=(len(got) - len(received)) + (len(seqs) - len(set(seqs))),
+                 duplicated=(len(seqs) - len(set(seqs))) + at_two_seqs,
                  unexpected=len(received - expected), out_of_order=breaks,
                  missing_seqs=len(set(expected_seqs) - set(seqs)), errors=reader.errors,
                  first_break=first_break)
