@@ -86,17 +86,20 @@ def render(result: SoakResult, facts: dict[str, str], command: str) -> str:
               f"Flat = the last sample is within +{RSS_GROWTH:.0%} + {RSS_SLACK // MIB} MiB "
               f"RSS and +{FD_SLACK} open files of the first sample {p.warmup:g} s after the "
               f"process's (last) start; sampled every {p.sample_every:g} s with psutil "
-              "(process + children). The end sample is taken after healing, readers still "
-              "connected.", "",
-              "| process | pids seen | start at (s) | RSS start → end (MiB) | max | fds start → end "
-              "| max | verdict |", "|---|---|---|---|---|---|---|---|"]
+              "(process + children). Open files are counted without a web process's inbound "
+              "client connections (the load client's keep-alive pool and readers; reported "
+              "apart). The end sample is taken after healing, readers still connected.", "",
+              "| process | pids seen | start at (s) | RSS start → end (MiB) | max | open files "
+              "start → end | max | client conns start → end | verdict |",
+              "|---|---|---|---|---|---|---|---|---|"]
     if result.sampler is not None:
         for j in result.sampler.judge(p.warmup):
             s, e = j.start, j.end
             if s is None or e is None:
                 continue
+            conns = f"{s.clients} → {e.clients}" if j.slot.startswith("web") else "—"
             lines.append(f"| {j.slot} | {j.starts} | {s.t:.0f} | {s.rss / MIB:.1f} → "
                          f"{e.rss / MIB:.1f} | {j.rss_max / MIB:.1f} | {s.fds} → {e.fds} | "
-                         f"{j.fds_max} | {j.verdict} |")
+                         f"{j.fds_max} | {conns} | {j.verdict} |")
     lines.append("")
     return "\n".join(lines)

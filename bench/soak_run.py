@@ -329,6 +329,7 @@ async def run_soak(plan: SoakPlan, settings: Settings, stack: Stack,
             except TimeoutError:
                 result.problems.append(f"readers did not reach their last seq within "
                                        f"{plan.heal_timeout:g} s")
+
             async def drained() -> bool:
                 return not (await outbox_by_status(pool, settings.bus_topic))["pending"]
 

@@ -2,7 +2,10 @@
 
 A process killed by a fault comes back with a new pid; its figures are judged
 from its last start. Flat means: after the warm-up, the end figure is within the
-tolerance of the start figure (RSS: +10 % + 16 MiB; open files: +16).
+tolerance of the start figure (RSS: +10 % + 16 MiB; open files: +16). A web
+process's open files are judged without its inbound client connections: those
+are the load client's choice (its keep-alive pool grows after an outage's
+backlog, readers go offline), so they are reported apart.
 """
 
 from __future__ import annotations
@@ -26,7 +29,8 @@ class Sample:
     t: float
     pid: int
     rss: int
-    fds: int
+    fds: int  # open files, without inbound client connections
+    clients: int  # inbound TCP connections (web processes)
 
 
 @dataclass
@@ -44,17 +48,20 @@ class Judged:
         return self.verdict == "flat"
 
 
-def measure(pid: int) -> tuple[int, int]:
-    """RSS and open files of a process and its children."""
+def measure(pid: int, port: int | None) -> tuple[int, int, int]:
+    """RSS, open files and inbound connections on ``port`` of a process and its children."""
     proc = psutil.Process(pid)
-    rss = fds = 0
+    rss = fds = clients = 0
     for p in [proc, *proc.children(recursive=True)]:
         try:
             rss += p.memory_info().rss
             fds += p.num_fds()
+            if port is not None:
+                clients += sum(1 for c in p.net_connections(kind="tcp")
+                               if c.laddr and c.laddr.port == port and c.raddr)
         except psutil.NoSuchProcess:
             continue
-    return rss, fds
+    return rss, fds - clients, clients
 
 
 @dataclass
@@ -78,10 +85,12 @@ class Sampler:
             if proc.proc is None or proc.proc.poll() is not None:
                 continue  # killed by a fault, not restarted yet
             try:
-                rss, fds = await asyncio.to_thread(measure, proc.proc.pid)
+                rss, fds, clients = await asyncio.to_thread(
+                    measure, proc.proc.pid, proc.port if proc.kind == "web" else None)
             except psutil.Error:
                 continue
-            self.series.setdefault(name, []).append(Sample(now, proc.proc.pid, rss, fds))
+            self.series.setdefault(name, []).append(
+                Sample(now, proc.proc.pid, rss, fds, clients))
 
     async def run(self) -> None:
         while True:
