@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 
 from bench.soak_run import SoakResult, faults
-from bench.soak_sample import FD_SLACK, RSS_GROWTH, RSS_SLACK
+from bench.soak_sample import FD_SLACK, OUTBOUND_SLACK, RSS_GROWTH, RSS_SLACK
 
 MIB = 2**20
 
@@ -84,14 +84,16 @@ def render(result: SoakResult, facts: dict[str, str], command: str) -> str:
 
     lines += ["## RSS and open files per mesh process", "",
               f"Flat = the last sample is within +{RSS_GROWTH:.0%} + {RSS_SLACK // MIB} MiB "
-              f"RSS and +{FD_SLACK} open files of the first sample {p.warmup:g} s after the "
-              f"process's (last) start; sampled every {p.sample_every:g} s with psutil "
-              "(process + children). Open files are counted without a web process's inbound "
-              "client connections (the load client's keep-alive pool and readers; reported "
-              "apart). The end sample is taken after healing, readers still connected.", "",
-              "| process | pids seen | start at (s) | RSS start → end (MiB) | max | open files "
-              "start → end | max | client conns start → end | verdict |",
-              "|---|---|---|---|---|---|---|---|---|"]
+              f"RSS, +{FD_SLACK} open files other than TCP connections and "
+              f"+{OUTBOUND_SLACK} outbound TCP connections (pools grow to the load's peak "
+              f"concurrency) of the first sample {p.warmup:g} s after the process's (last) "
+              f"start; sampled every {p.sample_every:g} s with psutil (process + children). "
+              "Inbound client connections (the load client's keep-alive pool and readers) "
+              "are only reported. The end sample is taken after healing, readers still "
+              "connected.", "",
+              "| process | pids seen | start at (s) | RSS start → end (MiB) | max | files "
+              "start → end | max | outbound TCP start → end | max | inbound TCP | verdict |",
+              "|---|---|---|---|---|---|---|---|---|---|---|"]
     if result.sampler is not None:
         for j in result.sampler.judge(p.warmup):
             s, e = j.start, j.end
@@ -100,6 +102,7 @@ def render(result: SoakResult, facts: dict[str, str], command: str) -> str:
             conns = f"{s.clients} → {e.clients}" if j.slot.startswith("web") else "—"
             lines.append(f"| {j.slot} | {j.starts} | {s.t:.0f} | {s.rss / MIB:.1f} → "
                          f"{e.rss / MIB:.1f} | {j.rss_max / MIB:.1f} | {s.fds} → {e.fds} | "
-                         f"{j.fds_max} | {conns} | {j.verdict} |")
+                         f"{j.fds_max} | {s.outbound} → {e.outbound} | {j.outbound_max} | "
+                         f"{conns} | {j.verdict} |")
     lines.append("")
     return "\n".join(lines)

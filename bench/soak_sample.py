@@ -2,10 +2,12 @@
 
 A process killed by a fault comes back with a new pid; its figures are judged
 from its last start. Flat means: after the warm-up, the end figure is within the
-tolerance of the start figure (RSS: +10 % + 16 MiB; open files: +16). A web
-process's open files are judged without its inbound client connections: those
-are the load client's choice (its keep-alive pool grows after an outage's
-backlog, readers go offline), so they are reported apart.
+tolerance of the start figure — RSS +10 % + 16 MiB; open files other than TCP
+connections +16; outbound TCP connections (Postgres, Redis, bus) +64, since the
+connection pools grow to the load's peak concurrency (64 requests in flight plus
+the readers) after an outage's backlog, but a connection leaked per request or
+reconnect would pass that within minutes. Inbound client connections are the load
+client's choice (keep-alive pool, readers offline) and are only reported.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from tests.support.procs import MeshProcess
 RSS_GROWTH = 0.10
 RSS_SLACK = 16 * 2**20
 FD_SLACK = 16
+OUTBOUND_SLACK = 64
 
 
 @dataclass
@@ -29,8 +32,9 @@ class Sample:
     t: float
     pid: int
     rss: int
-    fds: int  # open files, without inbound client connections
+    fds: int  # open files other than TCP connections
     clients: int  # inbound TCP connections (web processes)
+    outbound: int  # TCP connections this process opened
 
 
 @dataclass
@@ -41,6 +45,7 @@ class Judged:
     end: Sample | None
     rss_max: int
     fds_max: int
+    outbound_max: int
     verdict: str
 
     @property
@@ -48,20 +53,25 @@ class Judged:
         return self.verdict == "flat"
 
 
-def measure(pid: int, port: int | None) -> tuple[int, int, int]:
-    """RSS, open files and inbound connections on ``port`` of a process and its children."""
+def measure(pid: int, port: int | None) -> tuple[int, int, int, int]:
+    """RSS, open files other than TCP connections, inbound connections on ``port`` and
+    outbound TCP connections of a process and its children."""
     proc = psutil.Process(pid)
-    rss = fds = clients = 0
+    rss = fds = clients = outbound = 0
     for p in [proc, *proc.children(recursive=True)]:
         try:
             rss += p.memory_info().rss
             fds += p.num_fds()
-            if port is not None:
-                clients += sum(1 for c in p.net_connections(kind="tcp")
-                               if c.laddr and c.laddr.port == port and c.raddr)
+            for c in p.net_connections(kind="tcp"):
+                if not c.raddr:
+                    continue  # a listening socket: an ordinary open file
+                if port is not None and c.laddr and c.laddr.port == port:
+                    clients += 1
+                else:
+                    outbound += 1
         except psutil.NoSuchProcess:
             continue
-    return rss, fds - clients, clients
+    return rss, fds - clients - outbound, clients, outbound
 
 
 @dataclass
@@ -85,12 +95,12 @@ class Sampler:
             if proc.proc is None or proc.proc.poll() is not None:
                 continue  # killed by a fault, not restarted yet
             try:
-                rss, fds, clients = await asyncio.to_thread(
+                rss, fds, clients, outbound = await asyncio.to_thread(
                     measure, proc.proc.pid, proc.port if proc.kind == "web" else None)
             except psutil.Error:
                 continue
             self.series.setdefault(name, []).append(
-                Sample(now, proc.proc.pid, rss, fds, clients))
+                Sample(now, proc.proc.pid, rss, fds, clients, outbound))
 
     async def run(self) -> None:
         while True:
@@ -107,8 +117,9 @@ class Sampler:
             pids = len({s.pid for s in samples})
             rss_max = max(s.rss for s in life)
             fds_max = max(s.fds for s in life)
+            outbound_max = max(s.outbound for s in life)
             if len(settled) < 2:
-                out.append(Judged(name, pids, life[0], life[-1], rss_max, fds_max,
+                out.append(Judged(name, pids, life[0], life[-1], rss_max, fds_max, outbound_max,
                                   f"not judged (last start {life[0].t:.0f} s, under the "
                                   f"{warmup:g} s warm-up before the end)"))
                 continue
@@ -118,6 +129,8 @@ class Sampler:
                 grew.append("RSS")
             if end.fds > start.fds + FD_SLACK:
                 grew.append("open files")
-            out.append(Judged(name, pids, start, end, rss_max, fds_max,
+            if end.outbound > start.outbound + OUTBOUND_SLACK:
+                grew.append("outbound connections")
+            out.append(Judged(name, pids, start, end, rss_max, fds_max, outbound_max,
                               "flat" if not grew else "grew: " + ", ".join(grew)))
         return out

@@ -126,14 +126,16 @@ class InboxReader:
         self.errors: list[str] = []
 
     def start(self) -> None:
-        self._task = asyncio.create_task(self._run())
+        # One follower per reader: two would interleave their receptions.
+        if self._task is None:
+            self._task = asyncio.create_task(self._run())
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
+        task, self._task = self._task, None  # not `running` from here on
+        if task is not None:
+            task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+                await task
 
     @property
     def running(self) -> bool:
@@ -205,10 +207,13 @@ class LongPollCollector(InboxReader):
                         await self.agent.refresh_token()
                 elif resp is not None and resp.status_code == 200:
                     events = resp.json()["events"]
+                    after = int(resp.request.url.params["after"])
                     if events:
                         received: list[dict[str, Any]] = []
                         self.connections.append(received)
                         for event in events:
+                            if event["seq"] <= after:
+                                self.errors.append(f"seq {event['seq']} after={after}")
                             self._record(received, event)
                     backoff = 0.05
                     continue
