@@ -14,6 +14,8 @@ def verdict(result: SoakResult, judge_memory: bool = True) -> tuple[bool, list[s
     """Passed, and why not: the checks issue 15 item 9 names (``judge_memory``: the
     RSS/open-files "flat" verdict too, which needs a long run's warm-up)."""
     why = list(result.problems)
+    if result.accepted != result.offered:
+        why.append(f"{result.offered - result.accepted} offered sends never accepted")
     t = [tl for _, tl in result.tallies.values()]
     for name in ("lost", "duplicated", "out_of_order", "unexpected", "missing_seqs"):
         n = sum(getattr(x, name) for x in t)
@@ -47,7 +49,8 @@ def render(result: SoakResult, facts: dict[str, str], command: str) -> str:
               f"(groups of 10 per owner + cross-owner friends), seed {p.seed}; "
               f"{sum(1 for k, _ in result.tallies.values() if k == 'long-poll')} long-poll and "
               f"{sum(1 for k, _ in result.tallies.values() if k == 'SSE')} SSE readers",
-              f"- sent: {result.accepted:,} accepted in {result.seconds:.0f} s "
+              f"- sent: {result.offered:,} offered, {result.accepted:,} accepted in "
+              f"{result.seconds:.0f} s "
               f"({result.accepted / max(result.seconds, 1e-9):.1f}/s), {result.retries:,} "
               f"retried requests (same message_id)",
               f"- readers taken offline and caught up: {result.offline_episodes}", ""]

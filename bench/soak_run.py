@@ -83,6 +83,7 @@ class SoakResult:
     plan: SoakPlan
     bus: str
     seconds: float = 0.0
+    offered: int = 0
     accepted: int = 0
     retries: int = 0
     faults: list[FaultRun] = field(default_factory=list)
@@ -198,12 +199,16 @@ class Soak:
 
         workers = [asyncio.create_task(worker()) for _ in range(SENDERS)]
         try:
-            n, due = 0, time.monotonic()
+            n, start = 0, time.monotonic()
             while self.sending():
-                n += 1
-                queue.put_nowait((*self.rng.choice(self.cast.pairs), f"m-soak-{run}-{n}"))
-                due += 1 / self.plan.rate
-                await asyncio.sleep(max(0.0, due - time.monotonic()))
+                # Everything due by now, at once: on a starved event loop one send per
+                # wake-up would quietly lower the offered rate.
+                due = int((time.monotonic() - start) * self.plan.rate) + 1
+                while n < due:
+                    n += 1
+                    queue.put_nowait((*self.rng.choice(self.cast.pairs), f"m-soak-{run}-{n}"))
+                await asyncio.sleep(max(0.0, start + n / self.plan.rate - time.monotonic()))
+            self.result.offered = n
             await queue.join()
         finally:
             self.sends_done.set()
