@@ -22,7 +22,7 @@ ALLOW_NO_TESTS ?=
 # Set by test-fast; `make test` (and CI, through .ci/run) selects every test.
 MARKERS ?=
 
-.PHONY: help install run services test test-fast lint bench clean
+.PHONY: help install run services test test-fast lint bench soak clean
 
 help:
 	@echo "make install   create $(VENV) and install agent-mesh[embedded,dev,claude]"
@@ -32,6 +32,7 @@ help:
 	@echo "make test-fast the same without the fault suite and the slow tests (-m 'not faults and not slow')"
 	@echo "make lint      ruff check"
 	@echo "make bench     bench/run.py"
+	@echo "make soak      bench/soak.py: 30 min under random faults, counted (ARGS='--minutes 3 ...')"
 	@echo "make clean     stop leftovers and remove the local data folder .mesh/"
 
 install: $(STAMP)
@@ -78,6 +79,11 @@ bench: install
 	else \
 	  echo "make bench: bench/run.py does not exist yet"; \
 	fi
+
+# Not in CI (30 minutes); tests/test_soak_short.py is its short version in `make test`.
+# make soak ARGS='--minutes 30 --rate 60 --agents 60 --seed 1 --bus kafka --out FILE'
+soak: install
+	$(PY) bench/soak.py $(ARGS)
 
 clean:
 	@if [ -x "$(PY)" ]; then $(PY) -m devstack clean; else rm -rf .mesh; fi

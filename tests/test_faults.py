@@ -5,45 +5,39 @@ recipients through real OS processes (web, outbox relay, push fan-out) over
 real Postgres, Redis and Kafka, injects one fault while the load runs, heals,
 and then counts: every accepted message delivered to its recipient exactly
 once per SSE client, in seq order, nothing left pending, no dead letters.
-Every scenario runs over every bus (Kafka, NATS JetStream, Redis Streams).
+Every scenario runs over every bus (Kafka, NATS JetStream, Redis Streams); the
+scale-out topology (2 web, 2 relays, 2 push workers; issue 13 item 6) runs once,
+over Kafka. The faults themselves are tests/support/faults.py (the soak uses them).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import random
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
 
+import httpx
 import pytest
-import redis.asyncio as aioredis
 
 from app.settings import Settings
 from devstack.stack import Stack
-from tests.support.load import SendLog, SseCollector, build_cast, check_delivery, send_load
+from tests.support.faults import (
+    Fault,
+    Procs,
+    Topology,
+    cut_streams_repeatedly,
+    kill_push_worker,
+    kill_relay_mid_batch,
+    processes,
+    restart_redis_losing_streams,
+    stop_bus_for_10s,
+)
+from tests.support.load import SseCollector, build_cast, check_delivery, send_load
 from tests.support.meshapi import MeshFactory
-from tests.support.procs import MeshProcess
 
 pytestmark = pytest.mark.faults
 
 TOTAL = 1000
 HEAL_TIMEOUT = 120.0
-
-
-@dataclass
-class Procs:
-    web: MeshProcess
-    outbox: MeshProcess
-    push: MeshProcess
-    stack: Stack
-    settings: Settings
-    log: SendLog
-    collectors: list[SseCollector]
-
-
-Fault = Callable[[Procs], Awaitable[None]]
 
 
 @pytest.fixture(params=["kafka", "nats", "redis"])
@@ -62,27 +56,20 @@ def bus_settings(request: pytest.FixtureRequest, migrated: Settings, uniq: str) 
     })
 
 
-@contextlib.asynccontextmanager
-async def processes(settings: Settings, stack: Stack) -> AsyncIterator[Procs]:
-    web = MeshProcess("web", settings)
-    outbox = MeshProcess("outbox", settings)
-    push = MeshProcess("push", settings)
-    try:
-        await asyncio.gather(web.start(), outbox.start(), push.start())
-        yield Procs(web, outbox, push, stack, settings, SendLog(), [])
-    finally:
-        for proc in (web, outbox, push):
-            proc.stop_quietly()
-
-
-async def wait_accepted(procs: Procs, at_least: int) -> None:
-    await procs.log.wait_accepted(at_least)
-
-
-async def scenario(settings: Settings, stack: Stack, db, fault: Fault) -> dict[str, int]:
-    async with processes(settings, stack) as procs, MeshFactory.connect(procs.web.url) as mesh:
+async def scenario(settings: Settings, stack: Stack, db, fault: Fault,
+                   topology: Topology | None = None, **extra: object) -> dict[str, int]:
+    """Load, ``fault``, heal, count. With several web processes the senders and the
+    recipients' streams are spread over all of them (each agent keeps to one)."""
+    async with processes(settings, stack, topology, **extra) as procs, \
+            contextlib.AsyncExitStack() as clients, \
+            MeshFactory.connect(procs.webs[0].url) as mesh:
         cast = await build_cast(mesh, n_senders=4, n_recipients=3)
-        procs.collectors = [SseCollector(procs.web.url, r) for r in cast.recipients]
+        https = [mesh.http] + [await clients.enter_async_context(
+            httpx.AsyncClient(base_url=w.url, timeout=30)) for w in procs.webs[1:]]
+        for i, sender in enumerate(cast.senders):
+            sender.http = https[i % len(https)]
+        procs.collectors = [SseCollector(procs.webs[i % len(procs.webs)].url, r)
+                            for i, r in enumerate(cast.recipients)]
         for c in procs.collectors:
             c.start()
         sending = asyncio.create_task(send_load(cast, TOTAL, log=procs.log))
@@ -135,66 +122,15 @@ async def nats_stream_messages(settings: Settings) -> int:
         await nc.close()
 
 
-# --- the faults -------------------------------------------------------------------
-
-async def kill_relay_mid_batch(procs: Procs) -> None:
-    for _ in range(2):
-        await wait_accepted(procs, len(procs.log.accepted) + 150)
-        procs.outbox.kill9()
-        await wait_accepted(procs, len(procs.log.accepted) + 100)
-        await procs.outbox.restart()
-
-
-async def stop_bus_for_10s(procs: Procs) -> None:
-    await wait_accepted(procs, 200)
-    service = {"kafka": procs.stack.kafka, "nats": procs.stack.nats,
-               "redis": procs.stack.redis}[procs.settings.bus_kind]
-    assert service is not None
-    service.stop()
-    started = time.monotonic()
-    try:
-        # The outage itself must last ≥ 10 s (that is the scenario, not a wait
-        # for an event); sends keep being accepted meanwhile.
-        before = len(procs.log.accepted)
-        await asyncio.sleep(10.0)
-        assert len(procs.log.accepted) > before, "sends were not accepted during the outage"
-    finally:
-        service.start()
-    assert time.monotonic() - started >= 10.0
-
-
-async def restart_redis_losing_streams(procs: Procs) -> None:
-    await wait_accepted(procs, 300)
-    redis = aioredis.from_url(procs.settings.redis_url)
-    try:
-        await redis.flushall()  # the streams (and a Redis bus's records) are gone
-    finally:
-        await redis.aclose()
-    assert procs.stack.redis is not None
-    procs.stack.redis.stop()
-    procs.stack.redis.start()
-
-
-async def kill_push_worker(procs: Procs) -> None:
-    for _ in range(2):
-        await wait_accepted(procs, len(procs.log.accepted) + 150)
-        procs.push.kill9()
-        await wait_accepted(procs, len(procs.log.accepted) + 100)
-        await procs.push.restart()
-
+# --- the faults (tests/support/faults.py) -----------------------------------------
 
 async def cut_sse_repeatedly(procs: Procs) -> None:
-    rng = random.Random(7)
-    cuts = 0
-    while len(procs.log.accepted) < TOTAL:
-        await wait_accepted(procs, min(len(procs.log.accepted) + 25, TOTAL))
-        await rng.choice(procs.collectors).cut()
-        cuts += 1
+    cuts = await cut_streams_repeatedly(procs, until=TOTAL)
     assert cuts >= 20
     assert sum(len(c.connections) for c in procs.collectors) > len(procs.collectors)
 
 
-FAULTS = {
+FAULTS: dict[str, Fault] = {
     "kill-relay": kill_relay_mid_batch,
     "bus-outage-10s": stop_bus_for_10s,
     "redis-restart-streams-lost": restart_redis_losing_streams,
@@ -207,4 +143,24 @@ FAULTS = {
 async def test_no_loss_no_duplicates_in_order(fault: str, bus_settings: Settings, stack: Stack,
                                               db) -> None:
     counts = await scenario(bus_settings, stack, db, FAULTS[fault])
+    assert len(counts) == 3 and all(n > 0 for n in counts.values())
+
+
+# --- scale-out topology (issue 13 item 6) -------------------------------------------
+
+async def kill_one_relay_and_one_push(procs: Procs) -> None:
+    await kill_relay_mid_batch(procs, times=1)
+    await kill_push_worker(procs, times=1)
+    # The other relay and push worker lived through it (they are not the victims).
+    assert procs.outboxes[0].proc is not None and procs.outboxes[0].proc.poll() is None
+    assert procs.pushes[0].proc is not None and procs.pushes[0].proc.poll() is None
+
+
+@pytest.mark.parametrize("bus_settings", ["kafka"], indirect=True)
+async def test_two_webs_two_relays_two_push_workers_count_exactly_once_in_order(
+        bus_settings: Settings, stack: Stack, db) -> None:
+    """Sends through both web processes, streams on both, one relay and one push
+    worker killed -9 and restarted mid-run: still exactly once, in order."""
+    counts = await scenario(bus_settings, stack, db, kill_one_relay_and_one_push,
+                            Topology(web=2, outbox=2, push=2))
     assert len(counts) == 3 and all(n > 0 for n in counts.values())
