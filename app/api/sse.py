@@ -4,16 +4,16 @@
 as app.event_wire made them, not re-encoded. A client resumes after
 ``Last-Event-ID`` (or ``?after=``), else after its acked cursor. The stream's
 loop (keep-alives, re-checks, expiry, receipts) is app.services.inbox_stream;
-this module maps its items to frames.
+this module maps its items to frames; app.sse_response sends them from the
+request's own coroutine (no task per stream, ADR 023).
 """
 
 from __future__ import annotations
 
 import logging
 import weakref
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 
-from sse_starlette.sse import EventSourceResponse
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -22,13 +22,14 @@ from app.api.deps import BIGINT_MAX, agent, doc, header_param, int_query, query_
 from app.errors import Problem
 from app.event_wire import WireEvent
 from app.services.inbox_stream import InboxStream, StreamItem
+from app.sse_response import EventStreamResponse, Probe
 from app.stream_slots import Lease
 from app.unavailable import UNAVAILABLE, is_unavailable
 
 log = logging.getLogger("mesh.sse")
 
-# Keep-alives come from the stream's own loop rather than a ping task of
-# sse-starlette's: one coroutine per idle stream, not two.
+# Keep-alives come from the stream's own wait loop, on its timeout: one
+# coroutine per idle stream, no ping task.
 KEEP_ALIVE_FRAME = b": keep-alive\r\n\r\n"
 
 
@@ -57,9 +58,10 @@ def frame(item: StreamItem) -> bytes:
     return KEEP_ALIVE_FRAME
 
 
-async def _frames(stream: InboxStream, lease: Lease | None) -> AsyncIterator[bytes]:
+async def _frames(stream: InboxStream, lease: Lease | None,
+                  connected: Probe) -> AsyncGenerator[bytes, None]:
     try:
-        async for item in stream.items():
+        async for item in stream.items(connected):
             yield frame(item)
     except UNAVAILABLE as exc:
         if not is_unavailable(exc):
@@ -83,12 +85,13 @@ async def stream(request: Request) -> Response:
     inbox_stream = await InboxStream.open(s.pool, s.redis, s.hub, s.settings, me,
                                           _start_after(request))
     lease = s.sse_slots.acquire(me.agent_id) if s.sse_slots is not None else None
-    frames = _frames(inbox_stream, lease)
+    response = EventStreamResponse(
+        lambda connected: _frames(inbox_stream, lease, connected), stop=inbox_stream.stop,
+        headers={"Cache-Control": "no-cache"})
     if lease is not None:
-        # A response that never starts never runs the generator's finally.
-        weakref.finalize(frames, lease.release)
-    return EventSourceResponse(frames, ping=0,
-                               headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        # A response that never streams (HEAD, or never sent) never runs the frames' finally.
+        weakref.finalize(response, lease.release)
+    return response
 
 
 routes = [Route("/v1/mesh/inbox/stream", stream, methods=["GET"])]

@@ -83,6 +83,14 @@ class InboxStream:
         self.still_valid = still_valid
         self.delivered = delivered
         self.clock: Clock = clock or SystemClock()
+        self._stopping = False
+        self._waiter: Waiter | None = None
+
+    def stop(self) -> None:
+        """End the stream at its next turn (server shutdown); callable from anywhere."""
+        self._stopping = True
+        if self._waiter is not None:
+            self._waiter.wake()
 
     @classmethod
     async def open(cls, pool: asyncpg.Pool, redis: aioredis.Redis, hub: InboxHub,
@@ -96,18 +104,24 @@ class InboxStream:
                    delivered=functools.partial(inbox.record_delivery, pool, who.agent_id),
                    clock=clock)
 
-    async def items(self) -> AsyncIterator[StreamItem]:
+    async def items(self, connected: Callable[[], Awaitable[bool]] | None = None,
+                    ) -> AsyncIterator[StreamItem]:
         """Events and keep-alives until the token expires or the credentials are
-        revoked; the client then reconnects (Last-Event-ID) with a fresh token."""
+        revoked; the client then reconnects (Last-Event-ID) with a fresh token.
+
+        ``connected`` is asked after every wait, before anything is handed over:
+        False (the client is gone) ends the stream, so a dead connection costs
+        at most one keep-alive interval and gets no receipts recorded for it."""
         s = self.settings
         clock = self.clock
         # Wake at least every keep-alive interval, and often enough for the re-check.
         tick = min(s.sse_keepalive_seconds, s.sse_recheck_seconds)
         with SSE_CONNECTIONS.track_inprogress():
             async with self.hub.watch(self.who.agent_id) as waiter:
+                self._waiter = waiter
                 from_postgres = False
                 checked_auth_at = read_postgres_at = clock.monotonic()
-                while True:
+                while not self._stopping:
                     batch = await self.source.next_batch(from_postgres=from_postgres)
                     from_postgres = False
                     if batch:
@@ -120,6 +134,8 @@ class InboxStream:
                     if left <= 0:
                         return
                     woke = await clock.wait(waiter, min(tick, left))
+                    if self._stopping or (connected is not None and not await connected()):
+                        break
                     now = clock.monotonic()
                     if not woke:
                         yield KEEP_ALIVE

@@ -1,0 +1,145 @@
+"""A lean ``text/event-stream`` response: one coroutine per stream, the request's own.
+
+sse-starlette's EventSourceResponse runs a task group of four tasks per stream
+(sender, ping, disconnect listener, exit-signal listener): ~20 KB of the
+~43 KB an idle stream held (ADR 023). Here nothing runs beside the request's
+coroutine:
+
+- keep-alives are frames the caller's wait loop yields when its wait times out;
+- a disconnect is learned without a listener: after each wait the loop asks
+  :func:`client_gone`, a ``receive()`` that may not block — a server answers
+  ``http.disconnect`` at once for a client that is gone (uvicorn does), and on
+  an ASGI 2.4 server ``send`` raises ``OSError`` as well. So a dead idle stream
+  lives at most one keep-alive interval;
+- server shutdown reaches every open stream through ONE watcher task per
+  process (:class:`ShutdownWatch`), which stops them all when uvicorn begins to
+  exit — else uvicorn would wait for endless responses to end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
+
+from sse_starlette.sse import AppStatus
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
+
+log = logging.getLogger("mesh.sse")
+
+Probe = Callable[[], Awaitable[bool]]
+"""True while the client is still connected (see :func:`client_gone`)."""
+
+
+async def client_gone(receive: Receive) -> bool:
+    """Whether the client has disconnected, without waiting for it to.
+
+    The request body (none, for a GET) was read before; a further ``receive()``
+    returns ``http.disconnect`` at once when the client is gone and otherwise
+    blocks until it goes. A zero timeout cancels the blocked call at the next
+    loop turn; cancelling a pending ``receive()`` is what every task-group SSE
+    response does to its listener, so servers handle it.
+    """
+    try:
+        async with asyncio.timeout(0):
+            message = await receive()
+    except TimeoutError:
+        return False
+    return message["type"] == "http.disconnect"
+
+
+def _server_exiting() -> bool:
+    """uvicorn has begun its shutdown. sse-starlette patches ``Server.handle_exit``
+    to set ``AppStatus.should_exit``; uvicorn binds its handler before the app is
+    imported, so the patch may miss, and the server behind the SIGTERM handler
+    is asked too (what sse-starlette's own watcher does)."""
+    if AppStatus.should_exit:
+        return True
+    server = getattr(signal.getsignal(signal.SIGTERM), "__self__", None)
+    return bool(getattr(server, "should_exit", False))
+
+
+class ShutdownWatch:
+    """Stops every open stream of this process when the server begins to exit.
+
+    One polling task per process while any stream is open (not one listener
+    per stream); it ends with the last stream and starts again with the next.
+    """
+
+    POLL_SECONDS = 0.5
+
+    def __init__(self, exiting: Callable[[], bool] = _server_exiting) -> None:
+        self._exiting = exiting
+        self._open: set[Callable[[], None]] = set()
+        self._task: asyncio.Task[None] | None = None
+
+    def add(self, stop: Callable[[], None]) -> None:
+        self._open.add(stop)
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._run(),
+                                                                name="sse-shutdown-watch")
+
+    def discard(self, stop: Callable[[], None]) -> None:
+        self._open.discard(stop)
+
+    def __len__(self) -> int:
+        return len(self._open)
+
+    async def _run(self) -> None:
+        while self._open:
+            if self._exiting():
+                log.info("server exiting: ending %d open event streams", len(self._open))
+                for stop in list(self._open):
+                    stop()
+                return
+            await asyncio.sleep(self.POLL_SECONDS)
+
+
+SHUTDOWN = ShutdownWatch()
+
+
+class EventStreamResponse(Response):
+    """Sends what ``frames(probe)`` yields, each chunk as it comes, until it ends.
+
+    ``frames`` is called only once the response starts (never for HEAD), with
+    the probe its wait loop asks after each wait; ``stop`` makes that loop end
+    soon (server shutdown). Headers as sse-starlette's response sent them, so
+    the wire does not change.
+    """
+
+    media_type = "text/event-stream"
+
+    def __init__(self, frames: Callable[[Probe], AsyncGenerator[bytes, None]], *,
+                 stop: Callable[[], None], headers: Mapping[str, str] | None = None,
+                 shutdown: ShutdownWatch = SHUTDOWN) -> None:
+        self.status_code = 200
+        self.background = None
+        self._frames = frames
+        self._stop = stop
+        self._shutdown = shutdown
+        self.init_headers({"Cache-Control": "no-store", "X-Accel-Buffering": "no",
+                           **(headers or {}), "Connection": "keep-alive"})
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await send({"type": "http.response.start", "status": self.status_code,
+                    "headers": self.raw_headers})
+        if scope.get("method") == "HEAD":  # an endless body would never let HEAD finish
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+            return
+
+        async def connected() -> bool:
+            return not await client_gone(receive)
+
+        frames = self._frames(connected)
+        self._shutdown.add(self._stop)
+        try:
+            async for chunk in frames:
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        except OSError:
+            return  # ASGI 2.4: the client is gone; nothing more can be sent
+        finally:
+            self._shutdown.discard(self._stop)
+            await frames.aclose()  # its finally runs now, also when send failed
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
