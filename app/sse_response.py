@@ -22,12 +22,15 @@ import asyncio
 import logging
 import signal
 from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
+from typing import Generic, TypeVar
 
 from sse_starlette.sse import AppStatus
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 log = logging.getLogger("mesh.sse")
+
+T = TypeVar("T")
 
 Probe = Callable[[], Awaitable[bool]]
 """True while the client is still connected (see :func:`client_gone`)."""
@@ -100,46 +103,59 @@ class ShutdownWatch:
 SHUTDOWN = ShutdownWatch()
 
 
-class EventStreamResponse(Response):
-    """Sends what ``frames(probe)`` yields, each chunk as it comes, until it ends.
+class EventStreamResponse(Response, Generic[T]):
+    """Sends ``encode(item)`` for each item ``items(probe)`` yields, as it comes.
 
-    ``frames`` is called only once the response starts (never for HEAD), with
+    ``items`` is called only once the response starts (never for HEAD), with
     the probe its wait loop asks after each wait; ``stop`` makes that loop end
-    soon (server shutdown). Headers as sse-starlette's response sent them, so
-    the wire does not change.
+    soon (server shutdown); ``on_close`` runs once the stream has ended. The
+    items are encoded here rather than by a generator around them: one frame
+    less held per idle stream. Headers as sse-starlette's response sent them.
     """
 
     media_type = "text/event-stream"
 
-    def __init__(self, frames: Callable[[Probe], AsyncGenerator[bytes, None]], *,
-                 stop: Callable[[], None], headers: Mapping[str, str] | None = None,
+    def __init__(self, items: Callable[[Probe], AsyncGenerator[T, None]],
+                 encode: Callable[[T], bytes], *, stop: Callable[[], None],
+                 on_close: Callable[[], None] | None = None,
+                 headers: Mapping[str, str] | None = None,
                  shutdown: ShutdownWatch = SHUTDOWN) -> None:
         self.status_code = 200
         self.background = None
-        self._frames = frames
+        self._items = items
+        self._encode = encode
         self._stop = stop
+        self._on_close = on_close
         self._shutdown = shutdown
         self.init_headers({"Cache-Control": "no-store", "X-Accel-Buffering": "no",
                            **(headers or {}), "Connection": "keep-alive"})
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await send({"type": "http.response.start", "status": self.status_code,
-                    "headers": self.raw_headers})
-        if scope.get("method") == "HEAD":  # an endless body would never let HEAD finish
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
-            return
+        try:
+            await send({"type": "http.response.start", "status": self.status_code,
+                        "headers": self.raw_headers})
+            if scope.get("method") == "HEAD":  # an endless body would never let HEAD end
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+                return
+            await self._stream(receive, send)
+        finally:
+            if self._on_close is not None:
+                self._on_close()
 
+    async def _stream(self, receive: Receive, send: Send) -> None:
         async def connected() -> bool:
             return not await client_gone(receive)
 
-        frames = self._frames(connected)
+        items = self._items(connected)
+        encode = self._encode
         self._shutdown.add(self._stop)
         try:
-            async for chunk in frames:
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            async for item in items:
+                await send({"type": "http.response.body", "body": encode(item),
+                            "more_body": True})
         except OSError:
             return  # ASGI 2.4: the client is gone; nothing more can be sent
         finally:
             self._shutdown.discard(self._stop)
-            await frames.aclose()  # its finally runs now, also when send failed
+            await items.aclose()  # its finally runs now, also when send failed
         await send({"type": "http.response.body", "body": b"", "more_body": False})

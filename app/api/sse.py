@@ -10,9 +10,7 @@ request's own coroutine (no task per stream, ADR 023).
 
 from __future__ import annotations
 
-import logging
 import weakref
-from collections.abc import AsyncGenerator
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -22,11 +20,7 @@ from app.api.deps import BIGINT_MAX, agent, doc, header_param, int_query, query_
 from app.errors import Problem
 from app.event_wire import WireEvent
 from app.services.inbox_stream import InboxStream, StreamItem
-from app.sse_response import EventStreamResponse, Probe
-from app.stream_slots import Lease
-from app.unavailable import UNAVAILABLE, is_unavailable
-
-log = logging.getLogger("mesh.sse")
+from app.sse_response import EventStreamResponse
 
 # Keep-alives come from the stream's own wait loop, on its timeout: one
 # coroutine per idle stream, no ping task.
@@ -58,22 +52,6 @@ def frame(item: StreamItem) -> bytes:
     return KEEP_ALIVE_FRAME
 
 
-async def _frames(stream: InboxStream, lease: Lease | None,
-                  connected: Probe) -> AsyncGenerator[bytes, None]:
-    try:
-        async for item in stream.items(connected):
-            yield frame(item)
-    except UNAVAILABLE as exc:
-        if not is_unavailable(exc):
-            raise
-        # Postgres went away under an open stream: end it; the client resumes
-        # with Last-Event-ID and meets a 503 + Retry-After until it is back.
-        log.info("inbox stream ended: the database is unavailable (%s)", exc)
-    finally:
-        if lease is not None:
-            lease.release()
-
-
 @doc("The inbox as Server-Sent Events (id = seq); resumes after Last-Event-ID, ?after=, "
      "or the acked cursor", media="text/event-stream", auth="agent", tag="inbox", params=[
          header_param("Last-Event-ID", "resume after this seq (an integer, 0 … 2^63-1); wins "
@@ -85,12 +63,11 @@ async def stream(request: Request) -> Response:
     inbox_stream = await InboxStream.open(s.pool, s.redis, s.hub, s.settings, me,
                                           _start_after(request))
     lease = s.sse_slots.acquire(me.agent_id) if s.sse_slots is not None else None
-    response = EventStreamResponse(
-        lambda connected: _frames(inbox_stream, lease, connected), stop=inbox_stream.stop,
-        headers={"Cache-Control": "no-cache"})
+    response = EventStreamResponse(inbox_stream.items, frame, stop=inbox_stream.stop,
+                                   on_close=lease.release if lease is not None else None,
+                                   headers={"Cache-Control": "no-cache"})
     if lease is not None:
-        # A response that never streams (HEAD, or never sent) never runs the frames' finally.
-        weakref.finalize(response, lease.release)
+        weakref.finalize(response, lease.release)  # a response that is never sent
     return response
 
 

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Callable
 
 from app.event_wire import WireEvent
 from app.inbox_hub import InboxHub, Waiter
-from app.services.inbox_stream import KEEP_ALIVE, InboxStream, StreamItem
+from app.services.inbox_stream import KEEP_ALIVE, InboxStream, Recheck, StreamItem
 from app.services.principals import Agent
 from app.settings import Settings
 
@@ -120,16 +120,42 @@ async def test_a_notice_wakes_the_stream_without_a_keep_alive() -> None:
     await h.items.aclose()
 
 
-async def test_idle_stream_rereads_postgres_every_recheck_interval() -> None:
+async def test_a_stream_reads_postgres_only_when_the_recheck_says_it_is_behind() -> None:
     h = Harness()
-    for _ in range(4):  # 4 ticks of 15 s
+    for _ in range(4):  # 4 ticks of 15 s: Redis only (the catch-up read aside)
         assert await h.next() is KEEP_ALIVE
-    # Reads: the catch-up, then one after each tick; every 30 s without a notice
-    # it goes to Postgres (a notice lost with Redis must not lose the event).
-    assert h.source.reads == [False, False, True, False]
-    assert await h.next() is KEEP_ALIVE
-    assert h.source.reads[-1] is True
+    assert h.source.reads == [False, False, False, False]
+
+    def recheck_finds_it_behind() -> None:
+        h.source.add(1)  # in Postgres only: no notice, no Redis copy
+        h.stream.reread_postgres()
+
+    h.source.after_empty_read = recheck_finds_it_behind
+    assert (await h.next()).seq == 1  # type: ignore[union-attr]
+    assert h.source.reads[-1] is True  # read from Postgres, at once (no keep-alive first)
+    assert h.clock.now == 1000 + 4 * 15
     await h.items.aclose()
+
+
+async def test_one_recheck_round_wakes_only_the_streams_postgres_is_ahead_of() -> None:
+    asked: list[list[str]] = []
+
+    async def newest(agent_ids: list[str]) -> dict[str, int]:
+        asked.append(agent_ids)
+        return {AGENT: 5}
+
+    recheck = Recheck(None, 30, newest=newest)
+    behind, current = Harness(), Harness()
+    behind.source.last, current.source.last = 4, 5
+    for h in (behind, current):
+        h.stream.recheck = recheck
+        assert await h.next() is KEEP_ALIVE  # both idle, registered with the re-check
+    await recheck.check()
+    assert asked == [[AGENT]]  # one statement for both streams of the agent
+    assert behind.stream._reread and not current.stream._reread
+    for h in (behind, current):
+        await h.items.aclose()
+    assert len(recheck._streams) == 0
 
 
 async def test_the_stream_ends_when_the_token_expires() -> None:
@@ -171,3 +197,32 @@ async def test_credentials_are_rechecked_without_a_notice() -> None:
     assert ticks * 15 > 300  # after sse_auth_recheck_seconds, not before
     h.valid = False
     assert await h.rest() == [KEEP_ALIVE] * 20  # the next re-check, 300 s later, ends it
+
+
+async def test_shutdown_ends_the_stream_at_its_next_turn() -> None:
+    h = Harness()
+    assert await h.next() is KEEP_ALIVE
+    h.stream.stop()
+    assert await h.rest() == []
+    assert h.hub.watching() == 0
+
+
+async def test_a_client_gone_ends_the_stream_before_anything_more_is_sent() -> None:
+    h = Harness()
+    gone = False
+
+    async def connected() -> bool:
+        return not gone
+
+    h.items = h.stream.items(connected)
+    assert await h.next() is KEEP_ALIVE
+
+    def event_arrives_for_a_dead_connection() -> None:
+        nonlocal gone
+        gone = True
+        h.source.add(1)
+        h.hub.wake(AGENT)
+
+    h.source.after_empty_read = event_arrives_for_a_dead_connection
+    assert await h.rest() == []  # no event handed over, so no receipt recorded
+    assert h.delivered == []
