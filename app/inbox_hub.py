@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 import logging
 from collections import defaultdict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Protocol
 
 import redis.asyncio as aioredis
@@ -42,17 +42,22 @@ async def publish_auth_change(redis: aioredis.Redis, agent_id: str) -> None:
 class Waiter:
     """One reader's wake-up flag; set by the hub, cleared by the reader."""
 
-    __slots__ = ("_event", "agent_id", "auth_changed")
+    __slots__ = ("_event", "agent_id", "auth_changed", "on_wake")
 
     def __init__(self, agent_id: str) -> None:
         self.agent_id = agent_id
         self._event = asyncio.Event()
         self.auth_changed = False
+        # A reader that waits on something else too (an SSE stream waits in the
+        # client's receive(), app.sse_response) is told here instead of by wait().
+        self.on_wake: Callable[[], None] | None = None
 
     def wake(self, *, auth: bool = False) -> None:
         if auth:
             self.auth_changed = True
         self._event.set()
+        if self.on_wake is not None:
+            self.on_wake()
 
     async def wait(self, timeout: float) -> bool:
         """True when woken, False on timeout. Clears the flag either way."""

@@ -6,11 +6,9 @@ sse-starlette's EventSourceResponse runs a task group of four tasks per stream
 coroutine:
 
 - keep-alives are frames the caller's wait loop yields when its wait times out;
-- a disconnect is learned without a listener: after each wait the loop asks
-  :func:`client_gone`, a ``receive()`` that may not block — a server answers
-  ``http.disconnect`` at once for a client that is gone (uvicorn does), and on
-  an ASGI 2.4 server ``send`` raises ``OSError`` as well. So a dead idle stream
-  lives at most one keep-alive interval;
+- the wait itself is a ``receive()`` (:class:`Client`): it returns the moment
+  the client disconnects, and a hub wake-up or the keep-alive tick ends it by
+  its timeout; on an ASGI 2.4 server ``send`` raises ``OSError`` as well;
 - server shutdown reaches every open stream through ONE watcher task per
   process (:class:`ShutdownWatch`), which stops them all when uvicorn begins to
   exit — else uvicorn would wait for endless responses to end.
@@ -21,36 +19,62 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
+from collections.abc import AsyncGenerator, Callable, Mapping
 from typing import Generic, TypeVar
 
 from sse_starlette.sse import AppStatus
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
+from app.inbox_hub import Waiter
+
 log = logging.getLogger("mesh.sse")
 
 T = TypeVar("T")
 
-Probe = Callable[[], Awaitable[bool]]
-"""True while the client is still connected (see :func:`client_gone`)."""
+class Client:
+    """The client's end of one stream, waited on in the stream's own coroutine.
 
-
-async def client_gone(receive: Receive) -> bool:
-    """Whether the client has disconnected, without waiting for it to.
-
-    The request body (none, for a GET) was read before; a further ``receive()``
-    returns ``http.disconnect`` at once when the client is gone and otherwise
-    blocks until it goes. A zero timeout cancels the blocked call at the next
-    loop turn; cancelling a pending ``receive()`` is what every task-group SSE
-    response does to its listener, so servers handle it.
+    :meth:`wait` blocks in ``receive()``, which returns only when the client
+    leaves (``http.disconnect``: uvicorn answers it from ``connection_lost``),
+    under a timeout that is the keep-alive tick. A hub wake-up (the waiter's
+    ``on_wake``) moves that timeout to now. So one suspended coroutine learns of
+    a notice, a tick and a disconnect alike, at once, with no listener task.
+    Cancelling a pending ``receive()`` is what every task-group SSE response
+    does to its listener, so servers handle it.
     """
-    try:
-        async with asyncio.timeout(0):
-            message = await receive()
-    except TimeoutError:
-        return False
-    return message["type"] == "http.disconnect"
+
+    __slots__ = ("_receive", "_timeout", "_woken")
+
+    def __init__(self, receive: Receive) -> None:
+        self._receive = receive
+        self._timeout: asyncio.Timeout | None = None
+        self._woken = False
+
+    def _wake(self) -> None:
+        self._woken = True
+        timeout = self._timeout
+        if timeout is not None and not timeout.expired():
+            timeout.reschedule(0)  # in the past: fires at the next loop turn
+
+    async def wait(self, waiter: Waiter, timeout: float) -> bool | None:
+        """True when woken, False when ``timeout`` passed, None when the client left."""
+        waiter.on_wake = self._wake
+        if self._woken:
+            self._woken = False
+            return True
+        try:
+            async with asyncio.timeout(timeout) as self._timeout:
+                # The GET's (empty) body may come first; anything but the
+                # disconnect is not ours to act on.
+                while (await self._receive())["type"] != "http.disconnect":
+                    pass
+            return None
+        except TimeoutError:
+            woken, self._woken = self._woken, False
+            return woken
+        finally:
+            self._timeout = None
 
 
 def _server_exiting() -> bool:
@@ -104,10 +128,10 @@ SHUTDOWN = ShutdownWatch()
 
 
 class EventStreamResponse(Response, Generic[T]):
-    """Sends ``encode(item)`` for each item ``items(probe)`` yields, as it comes.
+    """Sends ``encode(item)`` for each item ``items(client)`` yields, as it comes.
 
     ``items`` is called only once the response starts (never for HEAD), with
-    the probe its wait loop asks after each wait; ``stop`` makes that loop end
+    the :class:`Client` its loop waits on; ``stop`` makes that loop end
     soon (server shutdown); ``on_close`` runs once the stream has ended. The
     items are encoded here rather than by a generator around them: one frame
     less held per idle stream. Headers as sse-starlette's response sent them.
@@ -115,7 +139,7 @@ class EventStreamResponse(Response, Generic[T]):
 
     media_type = "text/event-stream"
 
-    def __init__(self, items: Callable[[Probe], AsyncGenerator[T, None]],
+    def __init__(self, items: Callable[[Client], AsyncGenerator[T, None]],
                  encode: Callable[[T], bytes], *, stop: Callable[[], None],
                  on_close: Callable[[], None] | None = None,
                  headers: Mapping[str, str] | None = None,
@@ -143,10 +167,7 @@ class EventStreamResponse(Response, Generic[T]):
                 self._on_close()
 
     async def _stream(self, receive: Receive, send: Send) -> None:
-        async def connected() -> bool:
-            return not await client_gone(receive)
-
-        items = self._items(connected)
+        items = self._items(Client(receive))
         encode = self._encode
         self._shutdown.add(self._stop)
         try:

@@ -65,6 +65,14 @@ class SystemClock:
         return await waiter.wait(timeout)
 
 
+class Connection(Protocol):
+    """The client's end of a stream (app.sse_response.Client)."""
+
+    async def wait(self, waiter: Waiter, timeout: float) -> bool | None:
+        """As :meth:`Clock.wait`, and None as soon as the client has left."""
+        ...
+
+
 @dataclass(frozen=True, slots=True)
 class KeepAlive:
     """Nothing to send for a keep-alive interval; the connection is still good."""
@@ -129,16 +137,15 @@ class InboxStream:
                    delivered=functools.partial(inbox.record_delivery, pool, who.agent_id),
                    recheck=Recheck.of(pool, settings.sse_recheck_seconds), clock=clock)
 
-    async def items(self, connected: Callable[[], Awaitable[bool]] | None = None,
+    async def items(self, client: Connection | None = None,
                     ) -> AsyncGenerator[StreamItem, None]:
         """Events and keep-alives until the token expires or the credentials are
         revoked; the client then reconnects (Last-Event-ID) with a fresh token.
 
-        ``connected`` is asked after every wait, before anything is handed over:
-        False (the client is gone) ends the stream, so a dead connection costs
-        at most one keep-alive interval and gets no receipts recorded for it.
-        Postgres going away ends the stream too: the client resumes with
-        Last-Event-ID and meets a 503 + Retry-After until it is back."""
+        With a ``client`` the waits are its (they also end when it leaves, which
+        ends the stream at once); without one, the clock's. Postgres going away
+        ends the stream too: the client resumes with Last-Event-ID and meets a
+        503 + Retry-After until it is back."""
         s = self.settings
         clock = self.clock
         with SSE_CONNECTIONS.track_inprogress():
@@ -161,8 +168,9 @@ class InboxStream:
                             self.who.expires_at - clock.time()
                         if left <= 0:
                             return
-                        woke = await clock.wait(waiter, min(tick, left))
-                        if self._stopping or (connected is not None and not await connected()):
+                        wait = clock.wait if client is None else client.wait
+                        woke = await wait(waiter, min(tick, left))
+                        if woke is None or self._stopping:  # the client left, or shutdown
                             return
                         now = clock.monotonic()
                         if not woke:

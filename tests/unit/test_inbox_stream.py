@@ -207,22 +207,28 @@ async def test_shutdown_ends_the_stream_at_its_next_turn() -> None:
     assert h.hub.watching() == 0
 
 
-async def test_a_client_gone_ends_the_stream_before_anything_more_is_sent() -> None:
+async def test_a_client_that_leaves_ends_the_stream_without_a_receipt() -> None:
     h = Harness()
-    gone = False
 
-    async def connected() -> bool:
-        return not gone
+    class LeavingClient:
+        """Its waits are the clock's until the client leaves (then None, as
+        app.sse_response.Client returns on http.disconnect)."""
 
-    h.items = h.stream.items(connected)
+        gone = False
+
+        async def wait(self, waiter: Waiter, timeout: float) -> bool | None:
+            return None if self.gone else await h.clock.wait(waiter, timeout)
+
+    client = LeavingClient()
+    h.items = h.stream.items(client)
     assert await h.next() is KEEP_ALIVE
 
-    def event_arrives_for_a_dead_connection() -> None:
-        nonlocal gone
-        gone = True
+    def event_arrives_as_the_client_leaves() -> None:
+        client.gone = True
         h.source.add(1)
         h.hub.wake(AGENT)
 
-    h.source.after_empty_read = event_arrives_for_a_dead_connection
-    assert await h.rest() == []  # no event handed over, so no receipt recorded
+    h.source.after_empty_read = event_arrives_as_the_client_leaves
+    assert await h.rest() == []  # nothing handed over, so no receipt recorded
     assert h.delivered == []
+    assert h.hub.watching() == 0
