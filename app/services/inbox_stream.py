@@ -155,14 +155,16 @@ class InboxStream:
                     self.recheck.add(self)
                 try:
                     checked_auth_at = clock.monotonic()
+                    read = True
                     while not self._stopping:
-                        from_postgres, self._reread = self._reread, False
-                        batch = await self.source.next_batch(from_postgres=from_postgres)
-                        if batch:
-                            for ev in batch:
-                                yield ev
-                            await self.delivered(batch)
-                            continue
+                        if read:
+                            from_postgres, self._reread = self._reread, False
+                            batch = await self.source.next_batch(from_postgres=from_postgres)
+                            if batch:
+                                for ev in batch:
+                                    yield ev
+                                await self.delivered(batch)
+                                continue
                         tick = s.sse_keepalive_seconds
                         left = tick if self.who.expires_at is None else \
                             self.who.expires_at - clock.time()
@@ -172,6 +174,10 @@ class InboxStream:
                         woke = await wait(waiter, min(tick, left))
                         if woke is None or self._stopping:  # the client left, or shutdown
                             return
+                        # A tick alone brings nothing to read: a notice that was
+                        # lost is the re-check timer's (Recheck), not every idle
+                        # stream's Redis read every keep-alive.
+                        read = woke
                         now = clock.monotonic()
                         if not woke:
                             yield KEEP_ALIVE

@@ -109,11 +109,8 @@ async def test_a_notice_wakes_the_stream_without_a_keep_alive() -> None:
     h = Harness()
     assert await h.next() is KEEP_ALIVE  # idle: one tick passed
 
-    def event_arrives() -> None:
-        h.source.add(1)
-        h.hub.wake(AGENT)
-
-    h.source.after_empty_read = event_arrives
+    h.source.add(1)  # meanwhile: an event, and its notice
+    h.hub.wake(AGENT)
     assert await h.next() == WireEvent(1, "task.message", b'{"seq":1}')
     assert h.clock.waits == [15, 15]
     assert h.clock.now == 1015  # the second wait returned at once (woken)
@@ -122,15 +119,12 @@ async def test_a_notice_wakes_the_stream_without_a_keep_alive() -> None:
 
 async def test_a_stream_reads_postgres_only_when_the_recheck_says_it_is_behind() -> None:
     h = Harness()
-    for _ in range(4):  # 4 ticks of 15 s: Redis only (the catch-up read aside)
+    for _ in range(4):  # 4 ticks of 15 s: no read at all after the catch-up
         assert await h.next() is KEEP_ALIVE
-    assert h.source.reads == [False, False, False, False]
+    assert h.source.reads == [False]
 
-    def recheck_finds_it_behind() -> None:
-        h.source.add(1)  # in Postgres only: no notice, no Redis copy
-        h.stream.reread_postgres()
-
-    h.source.after_empty_read = recheck_finds_it_behind
+    h.source.add(1)  # in Postgres only: no notice, no Redis copy
+    h.stream.reread_postgres()  # what the re-check timer does on finding it behind
     assert (await h.next()).seq == 1  # type: ignore[union-attr]
     assert h.source.reads[-1] is True  # read from Postgres, at once (no keep-alive first)
     assert h.clock.now == 1000 + 4 * 15
@@ -178,12 +172,15 @@ async def test_a_notice_for_another_agent_is_not_ours() -> None:
     h = Harness()
 
     def other_agent_event() -> None:
-        h.source.add(1)  # visible only to the next read, which waits for the tick
+        h.source.add(1)  # not announced to us: only the re-check timer finds it
         h.hub.wake("other@bob")
 
     h.source.after_empty_read = other_agent_event
     assert await h.next() is KEEP_ALIVE
     assert h.clock.now == 1015  # the whole tick passed
+    assert await h.next() is KEEP_ALIVE  # a tick alone reads nothing
+    assert h.source.reads == [False]
+    h.stream.reread_postgres()
     assert (await h.next()).seq == 1  # type: ignore[union-attr]
     await h.items.aclose()
 
@@ -223,12 +220,9 @@ async def test_a_client_that_leaves_ends_the_stream_without_a_receipt() -> None:
     h.items = h.stream.items(client)
     assert await h.next() is KEEP_ALIVE
 
-    def event_arrives_as_the_client_leaves() -> None:
-        client.gone = True
-        h.source.add(1)
-        h.hub.wake(AGENT)
-
-    h.source.after_empty_read = event_arrives_as_the_client_leaves
+    client.gone = True  # the client leaves as an event arrives
+    h.source.add(1)
+    h.hub.wake(AGENT)
     assert await h.rest() == []  # nothing handed over, so no receipt recorded
     assert h.delivered == []
     assert h.hub.watching() == 0
