@@ -107,6 +107,9 @@ class InboxStream:
         self.who = who
         self.still_valid = still_valid
         self.delivered = delivered
+        if recheck is None and isinstance(source, InboxReader):
+            # Every stream on Postgres has the re-check (the console feed's too).
+            recheck = Recheck.of(source.pool, settings.sse_recheck_seconds)
         self.recheck = recheck
         self.clock: Clock = clock or SystemClock()
         self._stopping = False
@@ -135,7 +138,7 @@ class InboxStream:
         return cls(InboxReader(pool, redis, who.agent_id, start), hub, settings, who,
                    still_valid=functools.partial(accounts.still_valid, pool, who),
                    delivered=functools.partial(inbox.record_delivery, pool, who.agent_id),
-                   recheck=Recheck.of(pool, settings.sse_recheck_seconds), clock=clock)
+                   clock=clock)
 
     async def items(self, client: Connection | None = None,
                     ) -> AsyncGenerator[StreamItem, None]:
