@@ -22,7 +22,7 @@ import asyncio
 import contextlib
 import logging
 from collections import defaultdict
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Literal, Protocol
 
 import redis.asyncio as aioredis
@@ -53,18 +53,23 @@ STREAM: WaiterKind = "stream"
 class Waiter:
     """One reader's wake-up flag; set by the hub, cleared by the reader."""
 
-    __slots__ = ("_event", "agent_id", "auth_changed", "kind")
+    __slots__ = ("_event", "agent_id", "auth_changed", "kind", "on_wake")
 
     def __init__(self, agent_id: str, kind: WaiterKind = STREAM) -> None:
         self.agent_id = agent_id
         self.kind = kind
         self._event = asyncio.Event()
         self.auth_changed = False
+        # A reader that waits on something else too (an SSE stream waits in the
+        # client's receive(), app.sse_response) is told here instead of by wait().
+        self.on_wake: Callable[[], None] | None = None
 
     def wake(self, *, auth: bool = False) -> None:
         if auth:
             self.auth_changed = True
         self._event.set()
+        if self.on_wake is not None:
+            self.on_wake()
 
     async def wait(self, timeout: float) -> bool:
         """True when woken, False on timeout. Clears the flag either way."""

@@ -4,16 +4,14 @@
 as app.event_wire made them, not re-encoded. A client resumes after
 ``Last-Event-ID`` (or ``?after=``), else after its acked cursor. The stream's
 loop (keep-alives, re-checks, expiry, receipts) is app.services.inbox_stream;
-this module maps its items to frames.
+this module maps its items to frames; app.sse_response sends them from the
+request's own coroutine (no task per stream, ADR 023).
 """
 
 from __future__ import annotations
 
-import logging
 import weakref
-from collections.abc import AsyncIterator
 
-from sse_starlette.sse import EventSourceResponse
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -22,13 +20,10 @@ from app.api.deps import BIGINT_MAX, agent, doc, header_param, int_query, query_
 from app.errors import Problem
 from app.event_wire import WireEvent
 from app.services.inbox_stream import InboxStream, StreamItem
-from app.stream_slots import Lease
-from app.unavailable import UNAVAILABLE, is_unavailable
+from app.sse_response import EventStreamResponse
 
-log = logging.getLogger("mesh.sse")
-
-# Keep-alives come from the stream's own loop rather than a ping task of
-# sse-starlette's: one coroutine per idle stream, not two.
+# Keep-alives come from the stream's own wait loop, on its timeout: one
+# coroutine per idle stream, no ping task.
 KEEP_ALIVE_FRAME = b": keep-alive\r\n\r\n"
 
 
@@ -57,21 +52,6 @@ def frame(item: StreamItem) -> bytes:
     return KEEP_ALIVE_FRAME
 
 
-async def _frames(stream: InboxStream, lease: Lease | None) -> AsyncIterator[bytes]:
-    try:
-        async for item in stream.items():
-            yield frame(item)
-    except UNAVAILABLE as exc:
-        if not is_unavailable(exc):
-            raise
-        # Postgres went away under an open stream: end it; the client resumes
-        # with Last-Event-ID and meets a 503 + Retry-After until it is back.
-        log.info("inbox stream ended: the database is unavailable (%s)", exc)
-    finally:
-        if lease is not None:
-            lease.release()
-
-
 @doc("The inbox as Server-Sent Events (id = seq); resumes after Last-Event-ID, ?after=, "
      "or the acked cursor", media="text/event-stream", auth="agent", tag="inbox", params=[
          header_param("Last-Event-ID", "resume after this seq (an integer, 0 … 2^63-1); wins "
@@ -81,14 +61,14 @@ async def stream(request: Request) -> Response:
     me = await agent(request)
     s = state(request)
     inbox_stream = await InboxStream.open(s.pool, s.redis, s.hub, s.settings, me,
-                                          _start_after(request))
+                                          _start_after(request), receipts=s.receipts)
     lease = s.sse_slots.acquire(me.agent_id) if s.sse_slots is not None else None
-    frames = _frames(inbox_stream, lease)
+    response = EventStreamResponse(inbox_stream.items, frame, stop=inbox_stream.stop,
+                                   on_close=lease.release if lease is not None else None,
+                                   headers={"Cache-Control": "no-cache"})
     if lease is not None:
-        # A response that never starts never runs the generator's finally.
-        weakref.finalize(frames, lease.release)
-    return EventSourceResponse(frames, ping=0,
-                               headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        weakref.finalize(response, lease.release)  # a response that is never sent
+    return response
 
 
 routes = [Route("/v1/mesh/inbox/stream", stream, methods=["GET"])]

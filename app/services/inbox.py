@@ -41,16 +41,12 @@ async def record_delivery(receipts: asyncpg.Pool | ReceiptBatcher, agent_id: str
     """Receipts and the e2e latency histogram, once per event (first hand-over).
 
     A :class:`ReceiptBatcher` (the web process's) queues the hand-over and returns
-    at once; a pool marks it right away — unless a batcher was started on that
-    pool (see ``_BATCHERS``)."""
+    at once; a pool (no batcher runs: tests, scripts) marks it right away."""
     if not events:
         return
     if not isinstance(receipts, ReceiptBatcher):
-        batcher = _BATCHERS.get(id(receipts))
-        if batcher is None:
-            await _mark_now(receipts, agent_id, events)
-            return
-        receipts = batcher
+        await _mark_now(receipts, agent_id, events)
+        return
     if not receipts.add(agent_id, events[0].seq, events[-1].seq):
         await _mark_now(receipts.pool, agent_id, events)
 
@@ -61,12 +57,6 @@ async def _mark_now(pool: asyncpg.Pool, agent_id: str, events: list[WireEvent]) 
         E2E_LATENCY.observe(max(latency, 0.0))
 
 
-# A bridge, not the design (ADR 012 rejects registries keyed by pool): the SSE
-# stream (app.services.inbox_stream, being rewritten for issue 13 item 5) still
-# calls record_delivery with its pool, so a started batcher registers here to
-# catch those calls. Once that caller passes the State's ``receipts`` like the
-# long-poll does, this goes (ADR 021).
-_BATCHERS: dict[int, ReceiptBatcher] = {}
 
 
 class ReceiptBatcher:
@@ -105,15 +95,12 @@ class ReceiptBatcher:
         return True
 
     async def start(self) -> None:
-        _BATCHERS[id(self.pool)] = self
         self._accepting = True
         self._task = asyncio.create_task(self._run(), name="receipts")
 
     async def stop(self) -> None:
         """Stop queueing (later hand-overs are marked directly) and flush the rest."""
         self._accepting = False
-        if _BATCHERS.get(id(self.pool)) is self:
-            del _BATCHERS[id(self.pool)]
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):

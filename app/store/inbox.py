@@ -111,3 +111,13 @@ async def task_state_at(conn: Conn, agent_id: str, task_id: str, upto_seq: int) 
         "AND seq <= $3 AND type IN ('task.status', 'task.timeout') ORDER BY seq DESC LIMIT 1",
         agent_id, task_id, upto_seq)
     return None if value is None else str(value)
+
+
+async def newest_seqs(conn: Conn, agent_ids: list[str]) -> dict[str, int]:
+    """Each agent's newest inbox seq (0 for none): one statement for the SSE
+    re-check of every open stream of a web process (app.services.inbox_stream)."""
+    rows = await conn.fetch(
+        "SELECT w.agent_id, COALESCE((SELECT max(i.seq) FROM inbox_events i "
+        "WHERE i.agent_id = w.agent_id), 0) AS newest FROM unnest($1::text[]) AS w(agent_id)",
+        agent_ids)
+    return {r["agent_id"]: int(r["newest"]) for r in rows}

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Callable
 
 from app.event_wire import WireEvent
 from app.inbox_hub import InboxHub, Waiter
-from app.services.inbox_stream import KEEP_ALIVE, InboxStream, StreamItem
+from app.services.inbox_stream import KEEP_ALIVE, InboxStream, Recheck, StreamItem
 from app.services.principals import Agent
 from app.settings import Settings
 
@@ -109,27 +109,47 @@ async def test_a_notice_wakes_the_stream_without_a_keep_alive() -> None:
     h = Harness()
     assert await h.next() is KEEP_ALIVE  # idle: one tick passed
 
-    def event_arrives() -> None:
-        h.source.add(1)
-        h.hub.wake(AGENT)
-
-    h.source.after_empty_read = event_arrives
+    h.source.add(1)  # meanwhile: an event, and its notice
+    h.hub.wake(AGENT)
     assert await h.next() == WireEvent(1, "task.message", b'{"seq":1}')
     assert h.clock.waits == [15, 15]
     assert h.clock.now == 1015  # the second wait returned at once (woken)
     await h.items.aclose()
 
 
-async def test_idle_stream_rereads_postgres_every_recheck_interval() -> None:
+async def test_a_stream_reads_postgres_only_when_the_recheck_says_it_is_behind() -> None:
     h = Harness()
-    for _ in range(4):  # 4 ticks of 15 s
+    for _ in range(4):  # 4 ticks of 15 s: no read at all after the catch-up
         assert await h.next() is KEEP_ALIVE
-    # Reads: the catch-up, then one after each tick; every 30 s without a notice
-    # it goes to Postgres (a notice lost with Redis must not lose the event).
-    assert h.source.reads == [False, False, True, False]
-    assert await h.next() is KEEP_ALIVE
-    assert h.source.reads[-1] is True
+    assert h.source.reads == [False]
+
+    h.source.add(1)  # in Postgres only: no notice, no Redis copy
+    h.stream.reread_postgres()  # what the re-check timer does on finding it behind
+    assert (await h.next()).seq == 1  # type: ignore[union-attr]
+    assert h.source.reads[-1] is True  # read from Postgres, at once (no keep-alive first)
+    assert h.clock.now == 1000 + 4 * 15
     await h.items.aclose()
+
+
+async def test_one_recheck_round_wakes_only_the_streams_postgres_is_ahead_of() -> None:
+    asked: list[list[str]] = []
+
+    async def newest(agent_ids: list[str]) -> dict[str, int]:
+        asked.append(agent_ids)
+        return {AGENT: 5}
+
+    recheck = Recheck(None, 30, newest=newest)
+    behind, current = Harness(), Harness()
+    behind.source.last, current.source.last = 4, 5
+    for h in (behind, current):
+        h.stream.recheck = recheck
+        assert await h.next() is KEEP_ALIVE  # both idle, registered with the re-check
+    await recheck.check()
+    assert asked == [[AGENT]]  # one statement for both streams of the agent
+    assert behind.stream._reread and not current.stream._reread
+    for h in (behind, current):
+        await h.items.aclose()
+    assert len(recheck._streams) == 0
 
 
 async def test_the_stream_ends_when_the_token_expires() -> None:
@@ -152,12 +172,15 @@ async def test_a_notice_for_another_agent_is_not_ours() -> None:
     h = Harness()
 
     def other_agent_event() -> None:
-        h.source.add(1)  # visible only to the next read, which waits for the tick
+        h.source.add(1)  # not announced to us: only the re-check timer finds it
         h.hub.wake("other@bob")
 
     h.source.after_empty_read = other_agent_event
     assert await h.next() is KEEP_ALIVE
     assert h.clock.now == 1015  # the whole tick passed
+    assert await h.next() is KEEP_ALIVE  # a tick alone reads nothing
+    assert h.source.reads == [False]
+    h.stream.reread_postgres()
     assert (await h.next()).seq == 1  # type: ignore[union-attr]
     await h.items.aclose()
 
@@ -171,3 +194,35 @@ async def test_credentials_are_rechecked_without_a_notice() -> None:
     assert ticks * 15 > 300  # after sse_auth_recheck_seconds, not before
     h.valid = False
     assert await h.rest() == [KEEP_ALIVE] * 20  # the next re-check, 300 s later, ends it
+
+
+async def test_shutdown_ends_the_stream_at_its_next_turn() -> None:
+    h = Harness()
+    assert await h.next() is KEEP_ALIVE
+    h.stream.stop()
+    assert await h.rest() == []
+    assert h.hub.watching() == 0
+
+
+async def test_a_client_that_leaves_ends_the_stream_without_a_receipt() -> None:
+    h = Harness()
+
+    class LeavingClient:
+        """Its waits are the clock's until the client leaves (then None, as
+        app.sse_response.Client returns on http.disconnect)."""
+
+        gone = False
+
+        async def wait(self, waiter: Waiter, timeout: float) -> bool | None:
+            return None if self.gone else await h.clock.wait(waiter, timeout)
+
+    client = LeavingClient()
+    h.items = h.stream.items(client)
+    assert await h.next() is KEEP_ALIVE
+
+    client.gone = True  # the client leaves as an event arrives
+    h.source.add(1)
+    h.hub.wake(AGENT)
+    assert await h.rest() == []  # nothing handed over, so no receipt recorded
+    assert h.delivered == []
+    assert h.hub.watching() == 0

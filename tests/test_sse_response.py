@@ -1,0 +1,125 @@
+"""The lean SSE response (app.sse_response) on a real uvicorn gateway: the
+stream's one coroutine learns of a disconnect at once, HEAD holds no stream,
+keep-alives and headers are the wire they were, and the per-process Postgres
+re-check brings an event that no notice announced."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable
+
+import asyncpg
+import redis.asyncio as aioredis
+
+from app.event_wire import WireEvent
+from app.inbox_hub import InboxHub
+from app.services.inbox_stream import InboxStream, Recheck
+from app.services.principals import Agent
+from app.settings import Settings
+from app.sse_response import SHUTDOWN
+from app.store import inbox as inbox_store
+from tests.support.meshapi import MeshFactory
+from tests.support.servers import serve_app
+
+# Nothing but the client leaving can end a wait within a test's time.
+QUIET = {"sse_keepalive_seconds": 3600.0, "sse_recheck_seconds": 3600.0,
+         "sse_max_streams_per_agent": 1}
+
+
+async def until(predicate: Callable[[], bool], timeout: float = 20.0) -> None:
+    """State of this process that nothing signals: looked at until it holds."""
+    async with asyncio.timeout(timeout):
+        while not predicate():  # noqa: ASYNC110
+            await asyncio.sleep(0.02)
+
+
+@contextlib.asynccontextmanager
+async def raw_stream(url: str, headers: dict[str, str], method: str = "GET"
+                     ) -> AsyncIterator[tuple[asyncio.StreamReader, asyncio.StreamWriter]]:
+    host, port = url.removeprefix("http://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    lines = [f"{method} /v1/mesh/inbox/stream HTTP/1.1", f"Host: {host}",
+             *(f"{k}: {v}" for k, v in headers.items()), "", ""]
+    writer.write("\r\n".join(lines).encode())
+    await writer.drain()
+    try:
+        yield reader, writer
+    finally:
+        writer.close()
+        with contextlib.suppress(OSError):
+            await writer.wait_closed()
+
+
+async def test_a_client_that_leaves_ends_its_stream_at_once(migrated: Settings) -> None:
+    settings = migrated.model_copy(update=QUIET)
+    async with serve_app(settings) as url, MeshFactory.connect(url) as mesh:
+        _, b = await mesh.pair()
+        before = len(SHUTDOWN)
+        async with raw_stream(url, b.headers) as (reader, _):
+            assert (await reader.readline()).startswith(b"HTTP/1.1 200")
+            await until(lambda: len(SHUTDOWN) == before + 1)
+        # No keep-alive, re-check or event is due for an hour: only the
+        # disconnect, seen by the wait in receive(), ends the stream.
+        await until(lambda: len(SHUTDOWN) == before)
+        # And its slot is free again (the cap is 1).
+        async with mesh.http.stream("GET", "/v1/mesh/inbox/stream", headers=b.headers) as again:
+            assert again.status_code == 200
+
+
+async def test_head_sends_the_headers_and_holds_no_stream(migrated: Settings) -> None:
+    settings = migrated.model_copy(update=QUIET)
+    async with serve_app(settings) as url, MeshFactory.connect(url) as mesh:
+        _, b = await mesh.pair()
+        head = await mesh.http.head("/v1/mesh/inbox/stream", headers=b.headers)
+        assert head.status_code == 200 and head.content == b""
+        assert head.headers["content-type"] == "text/event-stream; charset=utf-8"
+        async with mesh.http.stream("GET", "/v1/mesh/inbox/stream", headers=b.headers) as get:
+            assert get.status_code == 200  # HEAD took no slot of the 1
+
+
+async def test_keep_alives_and_headers_are_the_wire_they_were(migrated: Settings) -> None:
+    settings = migrated.model_copy(update={"sse_keepalive_seconds": 0.2})
+    async with serve_app(settings) as url, MeshFactory.connect(url) as mesh:
+        _, b = await mesh.pair()
+        async with raw_stream(url, b.headers) as (reader, _):
+            head = (await reader.readuntil(b"\r\n\r\n")).decode().lower().split("\r\n")
+            assert head[0] == "http/1.1 200 ok"
+            for line in ("cache-control: no-cache", "x-accel-buffering: no",
+                         "connection: keep-alive", "transfer-encoding: chunked",
+                         "content-type: text/event-stream; charset=utf-8"):
+                assert line in head
+            # One chunk per frame (the pairing's events first): size line, frame.
+            chunks: list[bytes] = []
+            async with asyncio.timeout(20):
+                while b": keep-alive\r\n\r\n" not in chunks:
+                    size = int(await reader.readuntil(b"\r\n"), 16)
+                    chunks.append((await reader.readexactly(size + 2))[:-2])
+            assert all(c.startswith(b"id: ") for c in chunks[:-1])
+
+
+async def test_one_recheck_brings_an_event_no_notice_announced(
+        mesh: MeshFactory, migrated: Settings, db: asyncpg.Pool,
+        redis_client: aioredis.Redis) -> None:
+    a, b = await mesh.pair()
+    # A stream in this process whose hub never starts (no notice reaches it) and
+    # whose keep-alive is an hour away: only the re-check timer can wake it.
+    settings = migrated.model_copy(update={"sse_keepalive_seconds": 3600.0,
+                                           "sse_recheck_seconds": 0.2})
+    who = Agent(b.agent_id, 0, "normal")
+    after = (await inbox_store.newest_seqs(db, [b.agent_id]))[b.agent_id]  # past the pairing's
+    stream = await InboxStream.open(db, redis_client, InboxHub("redis://unused"), settings, who,
+                                    after)
+    items = stream.items()
+    first: asyncio.Task[object] = asyncio.create_task(anext(items))
+    await until(lambda: stream.recheck is not None and len(stream.recheck._streams) == 1)
+    await a.send(b.agent_id, "no notice for this one")
+    async with asyncio.timeout(30):
+        event = await first
+    assert isinstance(event, WireEvent) and event.seq == after + 1
+    assert event.type == "task.created"  # the send's first event
+    assert stream.recheck is not None and stream.recheck.rounds >= 1
+    recheck = stream.recheck
+    await items.aclose()
+    assert len(recheck._streams) == 0
+    assert id(db) not in Recheck._by_pool  # the timer went with its last stream
