@@ -53,12 +53,16 @@ STREAM: WaiterKind = "stream"
 class Waiter:
     """One reader's wake-up flag; set by the hub, cleared by the reader."""
 
-    __slots__ = ("_event", "agent_id", "auth_changed", "kind", "on_wake")
+    __slots__ = ("_event", "_woken", "agent_id", "auth_changed", "kind", "on_wake")
 
     def __init__(self, agent_id: str, kind: WaiterKind = STREAM) -> None:
         self.agent_id = agent_id
         self.kind = kind
-        self._event = asyncio.Event()
+        # Made by the first wait(): an SSE stream never calls it (it waits in the
+        # client's receive() and hears on_wake), and ten thousand idle streams
+        # would each hold an unused asyncio.Event (~1 KB).
+        self._event: asyncio.Event | None = None
+        self._woken = False
         self.auth_changed = False
         # A reader that waits on something else too (an SSE stream waits in the
         # client's receive(), app.sse_response) is told here instead of by wait().
@@ -67,12 +71,20 @@ class Waiter:
     def wake(self, *, auth: bool = False) -> None:
         if auth:
             self.auth_changed = True
-        self._event.set()
+        self._woken = True
+        if self._event is not None:
+            self._event.set()
         if self.on_wake is not None:
             self.on_wake()
 
     async def wait(self, timeout: float) -> bool:
-        """True when woken, False on timeout. Clears the flag either way."""
+        """True when woken (also before the call), False on timeout. Clears the
+        flag either way."""
+        if self._woken:
+            self._woken = False
+            return True
+        if self._event is None:
+            self._event = asyncio.Event()
         # asyncio.timeout, not wait_for: wait_for wraps the wait in a Task of its
         # own on 3.11, which thousands of idle streams would each keep alive.
         try:
@@ -82,6 +94,7 @@ class Waiter:
         except TimeoutError:
             return False
         finally:
+            self._woken = False
             self._event.clear()
 
 

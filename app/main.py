@@ -12,7 +12,6 @@ from pydantic import ValidationError
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
-from starlette.middleware.body_limit import RequestBodyLimitMiddleware
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
 from starlette.routing import BaseRoute, Route
@@ -33,7 +32,7 @@ from app.errors import (
 )
 from app.health import close_bus_probes
 from app.inbox_hub import CommitNotices, InboxHub
-from app.middleware import EncodedSlashGuard, ProblemBodyLimit, RequestMetrics
+from app.middleware import BodyLimit, EncodedSlashGuard, RequestMetrics
 from app.observability import init_sentry, setup_logging
 from app.ratelimit import RateLimiter
 from app.relay_wakeup import RelayWakeup
@@ -142,8 +141,7 @@ def create_app(settings: Settings | None = None) -> Starlette:
         middleware=[
             Middleware(RequestMetrics),
             Middleware(EncodedSlashGuard),
-            Middleware(ProblemBodyLimit, max_body_size=settings.max_body_bytes),
-            Middleware(RequestBodyLimitMiddleware, max_body_size=settings.max_body_bytes),
+            Middleware(BodyLimit, max_body_size=settings.max_body_bytes),
         ],
         exception_handlers={
             Problem: handle_problem,

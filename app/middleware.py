@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Awaitable
 
+from starlette.middleware.body_limit import RequestBodyLimitMiddleware
 from starlette.routing import BaseRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -84,16 +86,46 @@ class EncodedSlashGuard:
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+    def __call__(self, scope: Scope, receive: Receive, send: Send) -> Awaitable[None]:
+        # Not async: passing through returns the inner app's coroutine (a tail
+        # call), so an open SSE stream does not keep a frame of this layer alive.
         raw = scope.get("raw_path") if scope["type"] == "http" else None
         if raw and b"%2f" in raw.split(b"?", 1)[0].lower():
-            body = json.dumps({
-                "type": "about:blank", "title": "Not Found", "status": 404,
-                "detail": "no route for this path: an encoded '/' (%2F) is not allowed in a "
-                          "path segment, and no id contains one"}).encode()
-            await send({"type": "http.response.start", "status": 404, "headers": [
-                (b"content-type", PROBLEM_JSON.encode()),
-                (b"content-length", str(len(body)).encode())]})
-            await send({"type": "http.response.body", "body": body})
-            return
-        await self.app(scope, receive, send)
+            return self._refuse(send)
+        return self.app(scope, receive, send)
+
+    @staticmethod
+    async def _refuse(send: Send) -> None:
+        body = json.dumps({
+            "type": "about:blank", "title": "Not Found", "status": 404,
+            "detail": "no route for this path: an encoded '/' (%2F) is not allowed in a "
+                      "path segment, and no id contains one"}).encode()
+        await send({"type": "http.response.start", "status": 404, "headers": [
+            (b"content-type", PROBLEM_JSON.encode()),
+            (b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": body})
+
+
+class BodyLimit:
+    """The request body limit (Starlette's, worded as problem+json by
+    :class:`ProblemBodyLimit`) for requests that carry a body. A request without
+    one (no Content-Length or 0, no Transfer-Encoding: every GET, every SSE
+    stream) is handed straight to the app as a tail call, so the two limiting
+    layers hold no frames for the lifetime of a stream (ADR 023)."""
+
+    def __init__(self, app: ASGIApp, max_body_size: int) -> None:
+        self.app = app
+        self.limited = ProblemBodyLimit(RequestBodyLimitMiddleware(app, max_body_size),
+                                        max_body_size)
+
+    def __call__(self, scope: Scope, receive: Receive, send: Send) -> Awaitable[None]:
+        if scope["type"] == "http" and not _has_body(scope):
+            return self.app(scope, receive, send)
+        return self.limited(scope, receive, send)
+
+
+def _has_body(scope: Scope) -> bool:
+    for name, value in scope["headers"]:
+        if name == b"transfer-encoding" or (name == b"content-length" and value.strip() != b"0"):
+            return True
+    return False

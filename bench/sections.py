@@ -319,17 +319,19 @@ async def s_longpoll(env: Env, ctx: dict, plan: Plan) -> Section:  # type: ignor
     if c.p50 > 20 or c.p99 > 20:
         sec.note(
             f"\n**Why the target is missed (from the numbers above).** A parked poll is woken "
-            "by the push worker's Redis notification, so the wake-up waits for the whole bus "
-            f"path (relay → Kafka → push) although the event is in Postgres at commit: "
-            f"{ms(a, 'p50')} p50 / {ms(a, 'p99')} p99 after the 201 on top of the send's own "
-            "API latency, on a machine whose cores are contended.")
+            "by the commit notice its web process publishes after the send's transaction "
+            f"(ADR 021), so what is left is the send itself: {ms(a, 'p50')} p50 / "
+            f"{ms(a, 'p99')} p99 after the 201, the rest is the send's own API latency on a "
+            "machine whose cores are contended.")
     ctx["longpoll_runs"] = (cur, base)
     return sec
 
 
 async def s_idle(env: Env, ctx: dict, plan: Plan) -> Section:  # type: ignore[type-arg]
     sec = Section("5. Idle SSE connections")
-    web2 = await env.process("web")
+    # 10,000 streams over 50 agents is 200 per agent: past the per-agent cap
+    # (MESH_SSE_MAX_STREAMS_PER_AGENT, 32 by default), which this scenario lifts.
+    web2 = await env.process("web", env.variant(sse_max_streams_per_agent=0))
     try:
         cast: Cast = await make_cast(web2.url, 1, plan.idle_agents)
         assert web2.proc is not None
