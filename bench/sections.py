@@ -356,19 +356,18 @@ async def s_idle(env: Env, ctx: dict, plan: Plan) -> Section:  # type: ignore[ty
              f"/s); web RSS {r.rss_before_kb / 1024:.1f} MB → {r.rss_after_kb / 1024:.1f} MB; "
              f"{r.fds_after:,} fds open; web CPU while idle {fmt(r.idle_cpu_seconds, 's')} over "
              f"{fmt(r.hold_seconds, 's')} ({fmt(100 * r.idle_cpu_seconds / r.hold_seconds, '%')} of "
-             "a core: keep-alive pings every 15 s and a Postgres re-check per stream every 30 s).")
+             "a core: keep-alive pings every 15 s and one Postgres re-check per process every 30 s).")
     if r.failed:
         sec.note(f"\n{len(r.failed)} failures, first: `{r.failed[0]}`")
     if kb > 20:
         sec.note(
             f"\n**Why the target is missed.** {fmt(kb, 'KB')} of web-process memory per idle "
-            "stream is Python objects of the request held open: a tracemalloc diff of a web "
-            "process with 1,000 idle streams (bench run of 2026-11-30) puts the largest items in "
-            "sse-starlette's EventSourceResponse (a task group with four anyio tasks per "
-            "stream: sender, ping, exit-signal and disconnect listeners, each a Task + "
-            "TaskHandle + CancelScope + Event + frames), the suspended frames of the middleware "
-            "stack, uvicorn's protocol and parser, and the hub Waiter (an asyncio.Event, plus "
-            "the Task `asyncio.wait_for` creates for every wait in Python 3.11).")
+            "stream is Python objects of the request held open. Since ADR 023 a stream is one "
+            "coroutine (no task group, no per-stream timer task, no Event in the hub Waiter); a "
+            "tracemalloc diff of a web process with 1,000 idle streams (ADR 023) puts what is "
+            "left in uvicorn's protocol, parser and request cycle (~5 KB, with its "
+            "`message_event`), the suspended frames of Starlette's middleware, exception and "
+            "routing layers (~5 KB), uvloop's transport, and the stream's own objects.")
     ctx["idle_run"] = r
     return sec
 
