@@ -140,12 +140,14 @@ async def test_activity_keeps_a_task_alive(iso: Settings, pool: asyncpg.Pool,
                                            mesh: MeshFactory) -> None:
     a, b = await mesh.pair()
     task = await a.send(b.agent_id, "first")
-    t_created = await db_now(pool)
+    created = datetime.fromisoformat(task["updated_at"])
     await b.reply(task["task_id"], "still on it")  # refreshes updated_at
-    # Idle since creation by more than the limit, but not since the reply.
-    now = t_created + timedelta(seconds=iso.task_timeout_seconds, milliseconds=1)
-    replied_at = (await a.get(f"/v1/mesh/tasks/{task['task_id']}")).json()["updated_at"]
-    assert datetime.fromisoformat(replied_at) > t_created
+    replied = datetime.fromisoformat(
+        (await a.get(f"/v1/mesh/tasks/{task['task_id']}")).json()["updated_at"])
+    assert replied > created
+    # Idle since creation by more than the limit, but not since the reply (halfway
+    # between the two: the reply may follow the creation by well under a millisecond).
+    now = created + timedelta(seconds=iso.task_timeout_seconds) + (replied - created) / 2
     assert await jobs.time_out_tasks(pool, iso, now=now) == []
     assert (await a.get(f"/v1/mesh/tasks/{task['task_id']}")).json()["state"] == "submitted"
 
