@@ -4,7 +4,7 @@ driver sends (BEGIN and COMMIT included) is one round trip."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Collection
 
 import asyncpg
 import pytest
@@ -26,7 +26,7 @@ class Woken:
     def __init__(self) -> None:
         self.times = 0
 
-    def wake(self) -> None:
+    def wake(self, recipients: Collection[str] = ()) -> None:  # app.writes.Wakeup
         self.times += 1
 
 
