@@ -37,6 +37,7 @@ from app.observability import init_sentry, setup_logging
 from app.ratelimit import RateLimiter
 from app.relay_wakeup import RelayWakeup
 from app.services.inbox import ReceiptBatcher
+from app.services.inbox_stream import Recheck
 from app.services.kdf import Kdf
 from app.services.principal_cache import PrincipalCache
 from app.services.reach_cache import ReachCache
@@ -105,7 +106,8 @@ def create_app(settings: Settings | None = None) -> Starlette:
                                kdf=Kdf.from_settings(settings),
                                sse_slots=StreamSlots(settings.sse_max_streams_per_agent),
                                principals=principals, reach=reach,
-                               commit_notices=notices, receipts=receipts)
+                               commit_notices=notices, receipts=receipts,
+                               sse_recheck=Recheck(pool, settings.sse_recheck_seconds))
         try:
             yield
         finally:

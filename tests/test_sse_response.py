@@ -14,7 +14,7 @@ import redis.asyncio as aioredis
 
 from app.event_wire import WireEvent
 from app.inbox_hub import InboxHub
-from app.services.inbox_stream import InboxStream, Recheck
+from app.services.inbox_stream import InboxStream
 from app.services.principals import Agent
 from app.settings import Settings
 from app.sse_response import SHUTDOWN
@@ -122,4 +122,4 @@ async def test_one_recheck_brings_an_event_no_notice_announced(
     recheck = stream.recheck
     await items.aclose()
     assert len(recheck._streams) == 0
-    assert id(db) not in Recheck._by_pool  # the timer went with its last stream
+    assert recheck._task is None  # the timer went with its last stream

@@ -25,6 +25,7 @@ from app.errors import (
 from app.inbox_hub import CommitNotices, InboxHub, publish_auth_change
 from app.services import accounts
 from app.services.inbox import ReceiptBatcher
+from app.services.inbox_stream import Recheck
 from app.services.principal_cache import PrincipalCache
 from app.services.principals import Agent, Owner
 from app.services.reach_cache import ReachCache, publish_reach_change
@@ -53,6 +54,8 @@ class State:
     # The after-commit long-poll wake-ups and the batched receipts (ADR 021).
     commit_notices: CommitNotices | None = None
     receipts: ReceiptBatcher | None = None  # the long-poll passes it to record_delivery
+    # The one Postgres re-check timer of this process's SSE streams (ADR 023).
+    sse_recheck: Recheck | None = None
     # The per-process caches of who a token names and who may reach whom (issue 13),
     # kept right by the notices the hub hears; None: every request asks Postgres.
     principals: PrincipalCache | None = None

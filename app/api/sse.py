@@ -61,7 +61,8 @@ async def stream(request: Request) -> Response:
     me = await agent(request)
     s = state(request)
     inbox_stream = await InboxStream.open(s.pool, s.redis, s.hub, s.settings, me,
-                                          _start_after(request), receipts=s.receipts)
+                                          _start_after(request), receipts=s.receipts,
+                                          recheck=s.sse_recheck)
     lease = s.sse_slots.acquire(me.agent_id) if s.sse_slots is not None else None
     response = EventStreamResponse(inbox_stream.items, frame, stop=inbox_stream.stop,
                                    on_close=lease.release if lease is not None else None,

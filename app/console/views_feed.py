@@ -90,7 +90,8 @@ async def _open(request: Request, owner: Owner, agents: list[AgentOut],
         start = await start_cursor(s.pool, agent.agent_id, after)
         streams.append(InboxStream(
             InboxReader(s.pool, s.redis, agent.agent_id, start), s.hub, s.settings, who,
-            still_valid=lambda who=who: accounts.still_valid(s.pool, who), delivered=_nothing))
+            still_valid=lambda who=who: accounts.still_valid(s.pool, who), delivered=_nothing,
+            recheck=s.sse_recheck))
     return streams
 
 

@@ -24,7 +24,7 @@ import logging
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import ClassVar, Protocol
+from typing import Protocol
 
 import asyncpg
 import redis.asyncio as aioredis
@@ -108,8 +108,9 @@ class InboxStream:
         self.still_valid = still_valid
         self.delivered = delivered
         if recheck is None and isinstance(source, InboxReader):
-            # Every stream on Postgres has the re-check (the console feed's too).
-            recheck = Recheck.of(source.pool, settings.sse_recheck_seconds)
+            # Every stream on Postgres has a re-check: the process's (the State's,
+            # passed by the SSE route and the console feed), else one of its own.
+            recheck = Recheck(source.pool, settings.sse_recheck_seconds)
         self.recheck = recheck
         self.clock: Clock = clock or SystemClock()
         self._stopping = False
@@ -132,6 +133,7 @@ class InboxStream:
     async def open(cls, pool: asyncpg.Pool, redis: aioredis.Redis, hub: InboxHub,
                    settings: Settings, who: Agent, after: int | None, *,
                    receipts: asyncpg.Pool | inbox.ReceiptBatcher | None = None,
+                   recheck: Recheck | None = None,
                    clock: Clock | None = None) -> InboxStream:
         """Resolve the start (``after``, else the acked cursor; never below the
         floor) before the response starts, so an unknown agent is still a 404.
@@ -142,7 +144,7 @@ class InboxStream:
                    still_valid=functools.partial(accounts.still_valid, pool, who),
                    delivered=functools.partial(inbox.record_delivery, receipts or pool,
                                                         who.agent_id),
-                   clock=clock)
+                   recheck=recheck, clock=clock)
 
     async def items(self, client: Connection | None = None,
                     ) -> AsyncGenerator[StreamItem, None]:
@@ -205,7 +207,8 @@ class InboxStream:
 
 
 class Recheck:
-    """The Postgres re-check of every open stream of one pool (one per process).
+    """The Postgres re-check of every open stream of one pool (one per process:
+    the State holds it).
 
     Notices are hints (Redis pub/sub loses them in a restart, and the push
     worker may lag), so an idle stream must look at Postgres now and then. One
@@ -214,25 +217,13 @@ class Recheck:
     Postgres. The task runs while streams are open and is cancelled with the last.
     """
 
-    _by_pool: ClassVar[dict[int, Recheck]] = {}
-
     def __init__(self, pool: asyncpg.Pool | None, interval: float, *,
                  newest: Callable[[list[str]], Awaitable[dict[str, int]]] | None = None) -> None:
         self.interval = interval
-        self._pool = pool
         self._newest = newest or functools.partial(inbox_store.newest_seqs, pool)
         self._streams: set[InboxStream] = set()
         self._task: asyncio.Task[None] | None = None
         self.rounds = 0
-
-    @classmethod
-    def of(cls, pool: asyncpg.Pool, interval: float) -> Recheck:
-        """The process's re-check for this pool (pools have no weakrefs: keyed by id,
-        and dropped when its last stream ends)."""
-        recheck = cls._by_pool.get(id(pool))
-        if recheck is None or recheck._pool is not pool:
-            recheck = cls._by_pool[id(pool)] = cls(pool, interval)
-        return recheck
 
     def add(self, stream: InboxStream) -> None:
         self._streams.add(stream)
@@ -246,8 +237,6 @@ class Recheck:
             if self._task is not None:
                 self._task.cancel()
                 self._task = None
-            if self._by_pool.get(id(self._pool)) is self:
-                del self._by_pool[id(self._pool)]
 
     async def check(self) -> None:
         """One round: wake the streams that Postgres is ahead of."""
