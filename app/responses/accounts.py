@@ -27,8 +27,8 @@ class AgentToken(OwnerToken):
     agent_id: str
 
 
-class AgentOut(Out):
-    """An agent as its owner (and the agent itself, ``GET /v1/mesh/me``) sees it."""
+class AgentSummary(Out):
+    """An agent's public fields: its owner's view and its directory entry share them."""
     agent_id: str
     name: str
     display_name: str
@@ -37,6 +37,10 @@ class AgentOut(Out):
     kind: Literal["normal", "virtual-user"]
     status: str
     last_heartbeat_at: Timestamp | None
+
+
+class AgentOut(AgentSummary):
+    """An agent as its owner (and the agent itself, ``GET /v1/mesh/me``) sees it."""
     inbox_seq: int
     acked_seq: int
     created_at: Timestamp

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Literal
 
 from app.domain.task_states import TaskState
+from app.responses.accounts import AgentSummary
 from app.responses.base import Json, Out, Parts, Timestamp
 from app.responses.tasks import ArtifactOut, MessageOut, TaskOut
 
@@ -67,15 +68,7 @@ class ContextTimeline(Out):
     next_cursor: str | None
 
 
-class DirectoryEntry(Out):
-    agent_id: str
-    name: str
-    display_name: str
-    description: str
-    skills: list[Json]
-    kind: Literal["normal", "virtual-user"]
-    status: str
-    last_heartbeat_at: Timestamp | None
+class DirectoryEntry(AgentSummary):
     rank: float
 
 
