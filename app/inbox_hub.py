@@ -28,6 +28,7 @@ from typing import Literal, Protocol
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
+from app.background import cancel
 from app.delivery import NOTIFY_CHANNEL, Notice, auth_notice, commit_notice, parse_notice
 from app.retry import Backoff
 
@@ -119,11 +120,8 @@ class InboxHub:
         self._task = asyncio.create_task(self._run(), name="inbox-hub")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel(self._task)
+        self._task = None
 
     @contextlib.asynccontextmanager
     async def watch(self, agent_id: str, kind: WaiterKind = STREAM) -> AsyncIterator[Waiter]:
@@ -227,11 +225,8 @@ class CommitNotices:
         self._task = asyncio.create_task(self._run(), name="commit-notices")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel(self._task)
+        self._task = None
         with contextlib.suppress(RedisError, OSError, TimeoutError):
             async with asyncio.timeout(self.STOP_SECONDS):  # the last commits' long-polls
                 await self._publish()

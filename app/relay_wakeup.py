@@ -24,6 +24,7 @@ from collections.abc import Collection
 
 import asyncpg
 
+from app.background import cancel
 from app.inbox_hub import CommitNotices
 from app.metrics import RELAY_WAKEUPS
 from app.retry import Backoff
@@ -55,9 +56,7 @@ class RelayWakeup:
             if self._pending.is_set():  # don't drop the last wake-up on shutdown
                 with contextlib.suppress(Exception):
                     await wake_relay(self._pool)
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await cancel(self._task)
 
     async def _run(self) -> None:
         backoff = Backoff("relay_wakeup", logger=log)

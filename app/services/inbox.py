@@ -13,6 +13,7 @@ from typing import Any
 
 import asyncpg
 
+from app.background import cancel
 from app.errors import not_found, unauthorized
 from app.event_wire import WireEvent, encode_page
 from app.inbox_hub import LONG_POLL, InboxHub
@@ -101,11 +102,8 @@ class ReceiptBatcher:
     async def stop(self) -> None:
         """Stop queueing (later hand-overs are marked directly) and flush the rest."""
         self._accepting = False
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel(self._task)
+        self._task = None
         try:
             async with asyncio.timeout(self.STOP_SECONDS):
                 await self.flush()
