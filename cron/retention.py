@@ -18,12 +18,13 @@ older cursor starts above the floor — those events were acked, i.e. processed.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import logging
 import os
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -69,7 +70,7 @@ class Archive:
             os.fsync(out.fileno())
 
     def commit(self) -> None:
-        if self.partial is not None and self.final is not None:
+        if self.partial is not None and self.final is not None and self.partial.exists():
             self.partial.rename(self.final)
 
     def discard(self) -> None:
@@ -77,10 +78,22 @@ class Archive:
             self.partial.unlink(missing_ok=True)
 
 
+@contextlib.contextmanager
+def _archiving(settings: Settings, kind: str) -> Iterator[Archive]:
+    """An archive that becomes final when the block (its batch's transaction)
+    ends without an error, and is removed when it raises."""
+    archive = Archive(settings.retention_archive_dir, kind)
+    try:
+        yield archive
+    except BaseException:
+        archive.discard()
+        raise
+    archive.commit()
+
+
 async def _tasks_batch(pool: asyncpg.Pool, settings: Settings, cutoff: datetime,
                        batch: int) -> int:
-    archive = Archive(settings.retention_archive_dir, "tasks")
-    try:
+    with _archiving(settings, "tasks") as archive:
         async with writes(pool) as tx:
             tasks = await store.claim_tasks(tx.conn, cutoff, batch)
             if not tasks:
@@ -89,18 +102,12 @@ async def _tasks_batch(pool: asyncpg.Pool, settings: Settings, cutoff: datetime,
             children = await store.task_children(tx.conn, ids)
             archive.write([("tasks", t) for t in tasks] +
                           [(table, r) for table, rows in children.items() for r in rows])
-            deleted = await store.delete_tasks(tx.conn, ids)
-    except BaseException:
-        archive.discard()
-        raise
-    archive.commit()
-    return deleted
+            return await store.delete_tasks(tx.conn, ids)
 
 
 async def _events_batch(pool: asyncpg.Pool, settings: Settings, cutoff: datetime,
                         batch: int) -> int:
-    archive = Archive(settings.retention_archive_dir, "inbox")
-    try:
+    with _archiving(settings, "inbox") as archive:
         async with writes(pool) as tx:
             events = await store.claim_acked_events(tx.conn, cutoff, batch)
             if not events:
@@ -108,13 +115,8 @@ async def _events_batch(pool: asyncpg.Pool, settings: Settings, cutoff: datetime
             # The counter rows in append's order before the floors move: no deadlock.
             await teams_store.lock_counters(tx.conn, sorted({e["agent_id"] for e in events}))
             archive.write([("inbox_events", e) for e in events])
-            deleted = await store.delete_events(tx.conn, [e["agent_id"] for e in events],
-                                                [e["seq"] for e in events])
-    except BaseException:
-        archive.discard()
-        raise
-    archive.commit()
-    return deleted
+            return await store.delete_events(tx.conn, [e["agent_id"] for e in events],
+                                             [e["seq"] for e in events])
 
 
 async def apply_retention(pool: asyncpg.Pool, settings: Settings, *,
