@@ -22,6 +22,7 @@ from app.errors import (
     unauthorized,
     validation_problem,
 )
+from app.ids import is_valid_id
 from app.inbox_hub import CommitNotices, InboxHub, publish_auth_change
 from app.services import accounts
 from app.services.inbox import ReceiptBatcher
@@ -136,6 +137,13 @@ def check_path_params(request: Request) -> None:
     for name, value in request.path_params.items():
         if isinstance(value, str) and (why := _unstorable(value)):
             raise Problem(422, f"path parameter '{name}' {why}")
+
+
+def valid_id(name: str, value: str) -> str:
+    """``value`` if it is a well-formed id (app.ids), else a 422 naming ``name``."""
+    if not is_valid_id(value):
+        raise Problem(422, f"{name} is not a valid id")
+    return value
 
 
 def check_json_content_type(request: Request) -> None:

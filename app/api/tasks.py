@@ -6,10 +6,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from app.api.deps import agent, body, doc, int_query, json, query_param, state
+from app.api.deps import agent, body, doc, int_query, json, query_param, state, valid_id
 from app.domain.task_states import STATES
 from app.errors import Problem
-from app.ids import ID_PATTERN, is_valid_id
+from app.ids import ID_PATTERN
 from app.responses import ArtifactOut, MessageOut, TaskDetail, TaskOut, TaskPage, TaskWithMessage
 from app.schemas import ArtifactIn, MessageIn, StatusChange, TaskCreate
 from app.services import tasks
@@ -49,8 +49,8 @@ async def list_tasks(request: Request) -> Response:
     if task_state is not None and task_state not in STATES:
         raise Problem(422, f"unknown state '{task_state}'; one of {', '.join(sorted(STATES))}")
     context_id = q.get("context_id") or None
-    if context_id is not None and not is_valid_id(context_id):
-        raise Problem(422, "context_id is not a valid id")
+    if context_id is not None:
+        valid_id("context_id", context_id)
     limit = int_query(request, "limit", default=50, minimum=1, maximum=200)
     assert limit is not None
     return json(await tasks.list_tasks(state(request).pool, me, state=task_state,

@@ -7,9 +7,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from app.api.deps import agent, body, doc, int_query, json, query_param, state
+from app.api.deps import agent, body, doc, int_query, json, query_param, state, valid_id
 from app.errors import Problem
-from app.ids import is_valid_id
 from app.responses import BroadcastOut, ContextTimeline, DirectoryPage, GroupMessageOut
 from app.schemas import BroadcastCreate, GroupMessageIn
 from app.services import broadcasts, directory, group_messages, timeline
@@ -54,9 +53,7 @@ async def get_broadcast(request: Request) -> Response:
              query_param("cursor", "next_cursor of the previous page", type_="string")])
 async def context_timeline(request: Request) -> Response:
     me = await agent(request)
-    context_id = request.path_params["context_id"]
-    if not is_valid_id(context_id):
-        raise Problem(422, "context_id is not a valid id")
+    context_id = valid_id("context_id", request.path_params["context_id"])
     limit = int_query(request, "limit", default=200, minimum=1, maximum=1000)
     assert limit is not None
     return json(await timeline.agent_timeline(state(request).pool, me, context_id, limit,

@@ -6,9 +6,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from app.api.deps import doc, int_query, json, owner, query_param, state
-from app.errors import Problem
-from app.ids import is_valid_id
+from app.api.deps import doc, int_query, json, owner, query_param, state, valid_id
 from app.responses import Timeline
 from app.services import timeline
 
@@ -20,9 +18,7 @@ from app.services import timeline
              query_param("cursor", "next_cursor of the previous page (entries)", type_="string")])
 async def context_timeline(request: Request) -> Response:
     me = await owner(request)
-    context_id = request.path_params["context_id"]
-    if not is_valid_id(context_id):
-        raise Problem(422, "context_id is not a valid id")
+    context_id = valid_id("context_id", request.path_params["context_id"])
     limit = int_query(request, "limit", default=200, minimum=1, maximum=1000)
     assert limit is not None
     return json(await timeline.context_timeline(state(request).pool, me, context_id, limit,
