@@ -68,6 +68,9 @@ class Settings(BaseSettings):
     # revocation notice (which makes them re-check at once).
     sse_auth_recheck_seconds: float = 300.0
     longpoll_max_wait_seconds: float = 30.0
+    # A parked long-poll re-reads Postgres this often even without a notice (a lost
+    # notice delays an answer by at most this, it never loses it).
+    longpoll_recheck_seconds: float = 5.0
     inbox_page_max: int = 500
 
     # --- operations ---------------------------------------------------------

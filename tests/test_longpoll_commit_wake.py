@@ -26,12 +26,10 @@ from devstack.process import free_port
 from tests.support.meshapi import MeshFactory
 from tests.support.procs import MeshProcess
 
-# A parked long-poll re-reads Postgres this often on its own (app.services.inbox),
-# which would answer it without any notice. The answer must come well inside one
-# such period after the send: the commit notice takes milliseconds, and on code
-# without it (main before ADR 021) the answer waits for that re-read — so this is
-# the bound that makes the test fail there, not a performance figure.
-PERIODIC_REREAD_SECONDS = 5.0
+# A parked long-poll also re-reads Postgres on its own (MESH_LONGPOLL_RECHECK_SECONDS),
+# which would answer it without any notice: an hour here, so within the poll's
+# 25 s only a notice can answer it — and with no push worker, only the commit notice.
+NO_RECHECK = {"longpoll_recheck_seconds": 3600.0}
 
 
 async def _metric(http: httpx.AsyncClient, name: str) -> float:
@@ -49,7 +47,7 @@ async def _until_parked(http: httpx.AsyncClient, base: float) -> None:
 
 @pytest.fixture
 async def two_webs(iso: Settings) -> AsyncIterator[list[MeshProcess]]:
-    webs = [MeshProcess("web", iso), MeshProcess("web", iso)]
+    webs = [MeshProcess("web", iso, **NO_RECHECK), MeshProcess("web", iso, **NO_RECHECK)]
     try:
         await asyncio.gather(*(w.start() for w in webs))
         yield webs
@@ -75,7 +73,7 @@ async def test_long_poll_on_another_process_answers_from_the_commit_notice(
             await _until_parked(http_b, base)
 
             sent = await a.send(b.agent_id, "wake me from the commit")
-            page = await asyncio.wait_for(poll, PERIODIC_REREAD_SECONDS / 2)
+            page = await asyncio.wait_for(poll, 40)  # an empty page after 25 s: not woken
             assert [e["task_id"] for e in page["events"]] == [sent["task_id"]]
 
             # The notice that did it, and no push worker's notice for the event.

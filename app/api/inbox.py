@@ -28,6 +28,7 @@ async def read(request: Request) -> Response:
     assert limit is not None
     # Already JSON: the events' stored wire bytes inside the page envelope.
     return Response(await inbox.read(s.pool, s.hub, me, after=after, limit=limit, wait=wait,
+                                     recheck=s.settings.longpoll_recheck_seconds,
                                      receipts=s.receipts),
                     media_type="application/json")
 

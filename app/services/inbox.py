@@ -153,14 +153,15 @@ class ReceiptBatcher:
 
 
 async def read(pool: asyncpg.Pool, hub: InboxHub, me: Agent, *, after: int | None,
-               limit: int, wait: float, receipts: ReceiptBatcher | None = None) -> bytes:
+               limit: int, wait: float, recheck: float,
+               receipts: ReceiptBatcher | None = None) -> bytes:
     """The long-poll body ``{"events":[…],"next_after":N}``, each event's bytes
     embedded as the serializer made them (the same bytes SSE sends)."""
     if after is None:
         after = await start_cursor(pool, me.agent_id)
     events = await inbox_store.after(pool, me.agent_id, after, limit)
     if not events and wait > 0:
-        events = await _wait_for_events(pool, hub, me.agent_id, after, limit, wait,
+        events = await _wait_for_events(pool, hub, me.agent_id, after, limit, wait, recheck,
                                         functools.partial(accounts.still_valid, pool, me))
     await record_delivery(receipts or pool, me.agent_id, events)
     return encode_page(events, events[-1].seq if events else after)
@@ -171,7 +172,7 @@ REVOKED = ("the API key behind this token was revoked or its agent deleted while
 
 
 async def _wait_for_events(pool: asyncpg.Pool, hub: InboxHub, agent_id: str, after: int,
-                           limit: int, wait: float,
+                           limit: int, wait: float, recheck: float,
                            still_valid: Callable[[], Awaitable[bool]]) -> list[WireEvent]:
     deadline = time.monotonic() + wait
     with LONGPOLL_WAITING.track_inprogress():
@@ -184,9 +185,9 @@ async def _wait_for_events(pool: asyncpg.Pool, hub: InboxHub, agent_id: str, aft
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     break
-                # Also re-read every few seconds: a lost notification (Redis restart,
-                # push worker down) delays an answer, it never loses it.
-                await waiter.wait(min(remaining, 5.0))
+                # Also re-read every `recheck` seconds: a lost notification (Redis
+                # restart, push worker down) delays an answer, it never loses it.
+                await waiter.wait(min(remaining, recheck))
                 if waiter.auth_changed:
                     # A revocation notice: end now, as an SSE stream does.
                     waiter.auth_changed = False
