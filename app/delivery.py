@@ -16,6 +16,7 @@ channel or a notice changes in one place:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 INBOX_STREAM_PREFIX = "inbox:"
 NOTIFY_CHANNEL = "mesh:inbox-notify"
@@ -49,36 +50,54 @@ def auth_notice(agent_id: str) -> str:
     return f"{agent_id} {AUTH_CHANGED}"
 
 
+# What a notice says: an event reached the agent's Redis stream (the push worker's,
+# after "{agent_id} {seq}"), its credentials changed, an event of it committed
+# (below: wakes readers of Postgres only), or who may reach whom changed (below).
+NoticeKind = Literal["event", "auth", "commit", "reach"]
+
+
 @dataclass(frozen=True, slots=True)
 class Notice:
     agent_id: str
-    auth: bool
-    # A commit notice (below): wakes readers of Postgres only.
-    committed: bool = False
+    kind: NoticeKind = "event"
+
+    @property
+    def auth(self) -> bool:
+        return self.kind == "auth"
+
+    @property
+    def committed(self) -> bool:
+        return self.kind == "commit"
+
+    @property
+    def reach(self) -> bool:
+        return self.kind == "reach"
 
 
 def parse_notice(data: bytes | str) -> Notice:
     text = data.decode() if isinstance(data, bytes) else str(data)
     agent_id, _, what = text.partition(" ")
-    return Notice(agent_id, what == AUTH_CHANGED, committed=what == COMMITTED)
+    if what == AUTH_CHANGED:
+        return Notice(agent_id, "auth")
+    if what == COMMITTED:
+        return Notice(agent_id, "commit")
+    if agent_id == REACH_AGENT and what == REACH_CHANGED:
+        return Notice(agent_id, "reach")
+    return Notice(agent_id)
 
 
 # --- reach changes (issue 13: the web processes' relationship caches) ------------
 # Who may reach whom changed somewhere (a friendship accepted or removed, a group's
 # members changed, a group deleted): every web process drops the relationships it
-# cached (app.services.reach_cache). Sent on the same channel as a notice for a
-# pseudo-agent no agent id can equal ('*' is no id character), so parse_notice reads
-# it unchanged and it wakes no inbox reader.
+# cached (app.services.reach_cache). Sent on the same channel, under a pseudo-agent no
+# agent id can equal ('*' is no id character), so a reader that does not know the
+# kind wakes nobody for it.
 REACH_AGENT = "*"
 REACH_CHANGED = "reach"
 
 
 def reach_notice() -> str:
     return f"{REACH_AGENT} {REACH_CHANGED}"
-
-
-def is_reach_notice(notice: Notice) -> bool:
-    return notice.agent_id == REACH_AGENT
 
 
 # --- commit notices (issue 13 item 4, ADR 021) ------------------------------------------

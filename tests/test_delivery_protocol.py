@@ -42,7 +42,7 @@ async def test_push_writes_what_the_reader_reads(migrated: Settings, db: asyncpg
                     if found.agent_id == agent_id:
                         return found
 
-        assert await asyncio.wait_for(notice(), 30) == delivery.Notice(agent_id, auth=False)
+        assert await asyncio.wait_for(notice(), 30) == delivery.Notice(agent_id, "event")
     finally:
         await pubsub.aclose()
 

@@ -20,7 +20,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from app.cache import BoundedCache
-from app.delivery import NOTIFY_CHANNEL, Notice, is_reach_notice, reach_notice
+from app.delivery import NOTIFY_CHANNEL, Notice, reach_notice
 from app.domain.permissions import Relationship
 
 log = logging.getLogger("mesh.cache")
@@ -71,7 +71,7 @@ class ReachCache:
     # --- app.inbox_hub.NoticeListener ---------------------------------------------
 
     def notice(self, notice: Notice) -> None:
-        if notice.auth or is_reach_notice(notice):
+        if notice.auth or notice.reach:
             self._pairs.clear()
 
     def reset(self) -> None:

@@ -74,6 +74,6 @@ def test_delivery_protocol_round_trips() -> None:
     assert delivery.inbox_stream_key("coder@bob") == "inbox:coder@bob"
     assert delivery.entry_seq(delivery.entry_id(42).encode()) == 42
     notice = delivery.parse_notice(delivery.event_notice("coder@bob", 5).encode())
-    assert notice == delivery.Notice("coder@bob", auth=False)
+    assert notice == delivery.Notice("coder@bob", "event")
     assert delivery.parse_notice(delivery.auth_notice("coder@bob")) == \
-        delivery.Notice("coder@bob", auth=True)
+        delivery.Notice("coder@bob", "auth")

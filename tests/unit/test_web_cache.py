@@ -92,8 +92,8 @@ async def test_a_resolved_token_is_served_from_memory_until_its_agent_is_noticed
     assert await cache.resolve("tok", load) == AGENT
     assert await cache.resolve("tok", load) == AGENT
     assert load.calls == 1
-    cache.notice(Notice("b@bob", auth=True))  # someone else's credentials
-    cache.notice(Notice("a@alice", auth=False))  # an event notice, not a credential one
+    cache.notice(Notice("b@bob", "auth"))  # someone else's credentials
+    cache.notice(Notice("a@alice", "event"))  # an event notice, not a credential one
     await cache.resolve("tok", load)
     assert load.calls == 1
     cache.notice(parse_notice(b"a@alice auth"))
@@ -119,7 +119,7 @@ async def test_a_notice_during_a_lookup_keeps_the_stale_answer_out() -> None:
     load.gate = asyncio.Event()
     lookup = asyncio.create_task(cache.resolve("tok", load))
     await load.entered.wait()
-    cache.notice(Notice("a@alice", auth=True))
+    cache.notice(Notice("a@alice", "auth"))
     load.gate.set()
     assert await lookup == AGENT  # this request began before the revocation
     load.gate = None
@@ -149,13 +149,13 @@ async def test_relationships_are_dropped_by_a_reach_or_credential_notice() -> No
     await reach.relationship("a", "b", load)
     await reach.relationship("a", "b", load)
     assert load.calls == 1
-    reach.notice(Notice("a", auth=False))  # an event for a: nothing changed
+    reach.notice(Notice("a", "event"))  # an event for a: nothing changed
     await reach.relationship("a", "b", load)
     assert load.calls == 1
     reach.notice(parse_notice(reach_notice().encode()))
     await reach.relationship("a", "b", load)
     assert load.calls == 2
-    reach.notice(Notice("zz", auth=True))  # an agent deleted: it may have been anyone's peer
+    reach.notice(Notice("zz", "auth"))  # an agent deleted: it may have been anyone's peer
     await reach.relationship("a", "b", load)
     assert load.calls == 3
 
@@ -171,5 +171,5 @@ async def test_a_pair_with_a_missing_agent_is_not_kept() -> None:
 
 def test_the_reach_notice_wakes_no_agent() -> None:
     notice = parse_notice(reach_notice().encode())
-    assert not notice.auth
+    assert notice.kind == "reach"
     assert not is_valid_id(notice.agent_id)
