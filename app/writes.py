@@ -17,6 +17,10 @@ outbox changed and, only once the transaction has committed, wakes the relay:
 
 Other effects that must follow a commit (telling open streams a key was
 revoked) are registered with ``tx.after_commit(effect)`` and run the same way.
+A write that is one statement (a task's create: task, message, inbox event and
+outbox row in one CTE) opens ``writes(..., one_statement=True)``: no BEGIN/COMMIT
+round trips, the statement is its own transaction (ADR 028).
+
 A transaction that rolls back (an error, a :class:`app.services.replay.Replay`)
 wakes nothing and runs no effect. A wake-up or effect that fails after the commit is
 logged, never raised:
@@ -27,13 +31,15 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterable, Sequence
+from datetime import datetime
 from typing import Any, Protocol
 
 import asyncpg
 
 from app.store import events as events_store
 from app.store import outbox as outbox_store
+from app.store import tasks as tasks_store
 from app.store.events import NewEvent, RecipientMissing
 
 log = logging.getLogger("mesh.writes")
@@ -62,14 +68,33 @@ class Writes:
     async def append(self, events: Sequence[NewEvent], *, skip_missing: bool = False,
                      message_id: str | None = None) -> list[dict[str, Any]]:
         """``events_store.append`` in this transaction (see there for the arguments)."""
+        written = await events_store.append(self.conn, events, topic=self._topic(),
+                                            skip_missing=skip_missing, message_id=message_id)
+        self._wrote(row["agent_id"] for row in written)
+        return written
+
+    async def create_task(self, event: NewEvent, *, message_id: str,
+                          parts: list[dict[str, Any]], metadata: dict[str, Any] | None,
+                          content_hash: str, created_at: datetime) -> int | None:
+        """``tasks_store.create_with_event`` (see there): a task, its first message
+        and ``event`` for the serving agent. Returns the event's seq, None if that
+        agent does not exist."""
+        seq = await tasks_store.create_with_event(
+            self.conn, event, message_id=message_id, parts=parts, metadata=metadata,
+            content_hash=content_hash, created_at=created_at, topic=self._topic())
+        if seq is not None:
+            self._wrote([event.agent_id])
+        return seq
+
+    def _topic(self) -> str:
         if self.topic is None:
             raise ValueError("this unit of work was opened without a bus topic to append to")
-        written = await events_store.append(self.conn, events, topic=self.topic,
-                                            skip_missing=skip_missing, message_id=message_id)
-        if written:
+        return self.topic
+
+    def _wrote(self, recipients: Iterable[str]) -> None:
+        for agent_id in recipients:
             self.outbox_changed = True
-            self.recipients.update(row["agent_id"] for row in written)
-        return written
+            self.recipients.add(agent_id)
 
     def requeued(self) -> None:
         """Outbox rows were put back to pending (an admin retry): the relay must look."""
@@ -82,12 +107,17 @@ class Writes:
 
 
 @contextlib.asynccontextmanager
-async def writes(pool: asyncpg.Pool, *, topic: str | None = None,
-                 wakeup: Wakeup | None = None) -> AsyncIterator[Writes]:
+async def writes(pool: asyncpg.Pool, *, topic: str | None = None, wakeup: Wakeup | None = None,
+                 one_statement: bool = False) -> AsyncIterator[Writes]:
+    """``one_statement``: the caller runs exactly one statement through ``tx``, which
+    autocommit makes atomic on its own (no transaction block is opened)."""
     async with pool.acquire() as conn:
         tx = Writes(conn, topic)
-        async with conn.transaction():
+        if one_statement:
             yield tx
+        else:
+            async with conn.transaction():
+                yield tx
         if tx.outbox_changed:
             await _wake(conn, wakeup, tx.recipients)
     # Outside the connection: an effect (a Redis publish) need not hold one.

@@ -67,7 +67,11 @@ async def create_task(pool: asyncpg.Pool, settings: Settings, me: Agent, body: T
                       reach: ReachCache | None = None) -> tuple[TaskWithMessage, bool]:
     """Returns (task with its first message, created?). created=False is an
     idempotent retry of the same message_id with the same content. ``reach``: the
-    web process's relationship cache (else Postgres is asked)."""
+    web process's relationship cache (else Postgres is asked).
+
+    One statement writes it all (ADR 028), so the rows and the event payload are
+    built here first, with the gateway's clock for created_at; a unique id that
+    is taken aborts the statement, and is then told apart (retry or conflict)."""
     msg = body.message
     message_id = msg.message_id or ids.new_message_id(me.agent_id)
     parts = dump_parts(msg.parts)
@@ -76,27 +80,34 @@ async def create_task(pool: asyncpg.Pool, settings: Settings, me: Agent, body: T
                                parts=parts, metadata=msg.metadata)
     task_id = body.task_id or ids.new_task_id(me.agent_id)
     context_id = body.context_id or ids.new_context_id(me.agent_id)
+    await check_can_message(pool, me.agent_id, body.to_agent_id, reach=reach)
+    now = datetime.now(UTC)
+    task_out = TaskOut(task_id=task_id, context_id=context_id, state=task_states.INITIAL,
+                       initiator=me.agent_id, serving_agent=body.to_agent_id,
+                       status_message=None, created_at=now, updated_at=now)
+    message_out = MessageOut(message_id=message_id, task_id=task_id, context_id=context_id,
+                             role="user", sender=me.agent_id, recipient=body.to_agent_id,
+                             parts=parts, metadata=msg.metadata, created_at=now)
+    event = NewEvent(agent_id=body.to_agent_id, type="task.created", task_id=task_id,
+                     context_id=context_id, from_agent_id=me.agent_id,
+                     payload={"task": task_out.wire(), "message": message_out.wire()})
     try:
-        async with writes(pool, topic=settings.bus_topic, wakeup=wakeup) as tx:
-            await check_can_message(tx.conn, me.agent_id, body.to_agent_id, reach=reach)
-            task, message = await tasks_store.insert_task_with_message(
-                tx.conn, task_id=task_id, context_id=context_id, initiator=me.agent_id,
-                serving_agent=body.to_agent_id, message_id=message_id, parts=parts,
-                metadata=msg.metadata, content_hash=fingerprint)
-            if task is None:
-                raise await _replay_create(tx.conn, message_id, fingerprint, me.agent_id,
-                                           task_id_unavailable(task_id))
-            if message is None:
-                raise await _replay_create(tx.conn, message_id, fingerprint, me.agent_id)
-            task_out, message_out = TaskOut.of(task), MessageOut.of(message)
-            await _emit(tx, NewEvent(
-                agent_id=body.to_agent_id, type="task.created", task_id=task_id,
-                context_id=context_id, from_agent_id=me.agent_id,
-                payload={"task": task_out.wire(), "message": message_out.wire()},
-            ), message_id=message_id)
-            return TaskWithMessage(**dict(task_out), message=message_out), True
-    except Replay as replay:
-        return replay.result, False  # type: ignore[return-value]
+        async with writes(pool, topic=settings.bus_topic, wakeup=wakeup,
+                          one_statement=True) as tx:
+            seq = await tx.create_task(event, message_id=message_id, parts=parts,
+                                       metadata=msg.metadata, content_hash=fingerprint,
+                                       created_at=now)
+    except asyncpg.UniqueViolationError as exc:
+        taken = (task_id_unavailable(task_id)
+                 if exc.constraint_name == tasks_store.TASK_ID_TAKEN else None)
+        replay = await _replay_create(pool, message_id, fingerprint, me.agent_id, taken)
+        if isinstance(replay, Replay):
+            return replay.result, False  # type: ignore[return-value]
+        raise replay from None
+    if seq is None:
+        raise not_found(f"agent '{body.to_agent_id}' no longer exists; nothing can be sent "
+                        "to it")
+    return TaskWithMessage(**dict(task_out), message=message_out), True
 
 
 def task_id_unavailable(task_id: str) -> str:
@@ -106,7 +117,7 @@ def task_id_unavailable(task_id: str) -> str:
             "one, or choose another")
 
 
-async def _replay_create(conn: asyncpg.Connection, message_id: str, fingerprint: str,
+async def _replay_create(conn: asyncpg.Connection | asyncpg.Pool, message_id: str, fingerprint: str,
                          sender: str, taken: str | None = None) -> Exception:
     """A unique id collided: the same request again (→ Replay) or another one (→ 409)."""
     existing = await tasks_store.get_message(conn, sender, message_id)

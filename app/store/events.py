@@ -35,7 +35,36 @@ class NewEvent:
     event_id: str = field(default_factory=new_event_id)
 
 
-_APPEND_SQL = """
+def event_tail(source: str, *, topic: str) -> str:
+    """The CTEs ``ins`` and ``out`` that every event write ends with: insert the
+    inbox events ``source`` selects (columns agent_id, seq, event_id, type, task_id,
+    context_id, from_agent_id, payload, in that order) and one outbox row per event,
+    carrying the envelope the relay's claim joins back (ADR 014). ``topic`` is the
+    SQL expression (a placeholder) of the bus topic."""
+    return f"""ins AS (
+    INSERT INTO inbox_events (agent_id, seq, event_id, type, task_id, context_id,
+                              from_agent_id, payload)
+    {source}
+    RETURNING agent_id, seq, event_id, type, task_id, context_id, from_agent_id
+), out AS (
+    INSERT INTO outbox_events (topic, key, payload)
+    SELECT {topic}, i.agent_id, jsonb_build_object(
+        'seq', i.seq, 'event_id', i.event_id, 'type', i.type, 'task_id', i.task_id,
+        'context_id', i.context_id, 'from_agent_id', i.from_agent_id)
+    FROM ins i ORDER BY i.agent_id
+    RETURNING id
+)"""
+
+
+def bump_one(recipient: str) -> str:
+    """The CTE ``bumped``: one recipient's next seq (agent_id, inbox_seq), its counter
+    row locked until the commit; no row when the agent does not exist. One row only:
+    a write reaching several agents locks them in order (see :func:`append`)."""
+    return (f"bumped AS (UPDATE agents SET inbox_seq = inbox_seq + 1 "
+            f"WHERE agent_id = {recipient} RETURNING agent_id, inbox_seq)")
+
+
+_APPEND_SQL = f"""
 WITH req AS (
     SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[],
                          $6::text[], $7::jsonb[])
@@ -46,29 +75,17 @@ WITH req AS (
 ), bumped AS (
     UPDATE agents a SET inbox_seq = a.inbox_seq + 1 FROM locked l
     WHERE a.agent_id = l.agent_id RETURNING a.agent_id, a.inbox_seq
-), ins AS (
-    INSERT INTO inbox_events (agent_id, seq, event_id, type, task_id, context_id,
-                              from_agent_id, payload)
-    SELECT r.agent_id, b.inbox_seq, r.event_id, r.type, r.task_id, r.context_id,
-           r.from_agent_id, r.payload
-    FROM req r JOIN bumped b USING (agent_id)
-    RETURNING *
-), out AS (
-    INSERT INTO outbox_events (topic, key, payload)
-    SELECT $8, i.agent_id, jsonb_build_object(
-        'seq', i.seq, 'event_id', i.event_id, 'type', i.type, 'task_id', i.task_id,
-        'context_id', i.context_id, 'from_agent_id', i.from_agent_id)
-    FROM ins i ORDER BY i.agent_id
-    RETURNING id
-), receipt AS (
+), {event_tail(
+    "SELECT r.agent_id, b.inbox_seq, r.event_id, r.type, r.task_id, r.context_id, "
+    "r.from_agent_id, r.payload FROM req r JOIN bumped b USING (agent_id)", topic="$8")},
+receipt AS (
     -- The message this event carries learns its recipient's seq (for receipts)
     -- in the same statement.
     UPDATE task_messages m SET inbox_seq = i.seq FROM ins i
     WHERE m.message_id = $9 AND m.recipient = i.agent_id AND m.sender = i.from_agent_id
     RETURNING 1
 )
-SELECT i.agent_id, i.seq, i.event_id, i.type, (SELECT count(*) FROM out) AS outboxed
-FROM ins i
+SELECT i.agent_id, i.seq, i.event_id, i.type FROM ins i
 """
 
 

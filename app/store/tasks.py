@@ -8,6 +8,7 @@ from typing import Any
 import asyncpg
 
 from app.domain.task_states import INITIAL, OPEN
+from app.store import events as events_store
 
 Conn = asyncpg.Connection | asyncpg.Pool
 
@@ -20,8 +21,9 @@ MESSAGE_COLUMNS = ("message_id, task_id, context_id, sender, recipient, role, pa
                    "content_hash, inbox_seq, created_at")
 
 
-_MESSAGE_INSERT = ("INSERT INTO task_messages (message_id, task_id, context_id, sender, recipient, "
-                   "role, parts, metadata, content_hash)")
+_MESSAGE_WRITTEN = ("message_id, task_id, context_id, sender, recipient, role, parts, metadata, "
+                    "content_hash")
+_MESSAGE_INSERT = f"INSERT INTO task_messages ({_MESSAGE_WRITTEN})"
 # A message's columns beside a task's in one row, prefixed: both have task_id,
 # context_id and created_at.
 _M = "m_"
@@ -34,26 +36,46 @@ def _split_message(row: asyncpg.Record) -> dict[str, Any] | None:
     return {c: row[f"{_M}{c}"] for c in MESSAGE_COLUMNS.split(", ")}
 
 
-async def insert_task_with_message(
-        conn: Conn, *, task_id: str, context_id: str, initiator: str, serving_agent: str,
-        message_id: str, parts: list[dict[str, Any]], metadata: dict[str, Any] | None,
-        content_hash: str) -> tuple[asyncpg.Record | None, dict[str, Any] | None]:
-    """A new task and its first message (from the initiator, role ``user``) in one
-    statement. (None, None) when the task_id exists already; (task, None) when the
-    message_id does (the caller rolls back: a retry or a conflict)."""
-    row = await conn.fetchrow(
-        f"WITH t AS (INSERT INTO tasks (task_id, context_id, initiator, serving_agent, state) "
-        f"VALUES ($1, $2, $3, $4, $5) ON CONFLICT (task_id) DO NOTHING "
-        f"RETURNING {TASK_COLUMNS}), "
-        f"m AS ({_MESSAGE_INSERT} SELECT $6, t.task_id, t.context_id, t.initiator, "
-        f"t.serving_agent, 'user', $7, $8, $9 FROM t "
-        f"ON CONFLICT (sender, message_id) DO NOTHING RETURNING {MESSAGE_COLUMNS}) "
-        f"SELECT t.*, {_PREFIXED_MESSAGE} FROM t LEFT JOIN m ON true",
-        task_id, context_id, initiator, serving_agent, INITIAL, message_id, parts, metadata,
-        content_hash)
-    if row is None:
-        return None, None
-    return row, _split_message(row)
+# The unique constraints a create can run into (asyncpg's constraint_name).
+TASK_ID_TAKEN = "tasks_pkey"
+MESSAGE_ID_TAKEN = "task_messages_pkey"
+
+_CREATE_SQL = f"""
+WITH {events_store.bump_one("$4::text")}, t AS (
+    INSERT INTO tasks (task_id, context_id, initiator, serving_agent, state, created_at,
+                       updated_at)
+    SELECT $1::text, $2::text, $3::text, $4::text, $5::text, $10::timestamptz, $10::timestamptz
+    FROM bumped
+    RETURNING task_id
+), m AS (
+    INSERT INTO task_messages ({_MESSAGE_WRITTEN}, inbox_seq, created_at)
+    SELECT $6::text, t.task_id, $2::text, $3::text, $4::text, 'user', $7::jsonb, $8::jsonb,
+           $9::text, b.inbox_seq, $10::timestamptz
+    FROM t, bumped b
+    RETURNING message_id
+), {events_store.event_tail(
+    "SELECT b.agent_id, b.inbox_seq, $11::text, $12::text, $1::text, $2::text, $3::text, "
+    "$13::jsonb FROM bumped b, m", topic="$14::text")}
+SELECT seq FROM ins
+"""
+
+
+async def create_with_event(
+        conn: asyncpg.Connection, event: events_store.NewEvent, *, message_id: str,
+        parts: list[dict[str, Any]], metadata: dict[str, Any] | None, content_hash: str,
+        created_at: datetime, topic: str) -> int | None:
+    """A new task (``event``'s task_id and context_id, from its from_agent_id to its
+    agent_id), its first message (role ``user``), that inbox event and its outbox
+    row: ONE statement, so one round trip and, outside a transaction block, its
+    own transaction (ADR 028). Returns the event's seq; None when the serving
+    agent does not exist (nothing written). A task_id or (sender, message_id)
+    that is taken raises ``asyncpg.UniqueViolationError`` naming
+    :data:`TASK_ID_TAKEN` or :data:`MESSAGE_ID_TAKEN`, and nothing is written
+    either."""
+    return await conn.fetchval(
+        _CREATE_SQL, event.task_id, event.context_id, event.from_agent_id, event.agent_id,
+        INITIAL, message_id, parts, metadata, content_hash, created_at, event.event_id,
+        event.type, event.payload, topic)
 
 
 async def get_for_message(conn: Conn, task_id: str, sender: str,

@@ -1,0 +1,111 @@
+"""A task's create is one statement (ADR 028): the task, its first message, the
+serving agent's inbox event and its outbox row are written together or not at
+all — a taken id or a recipient deleted after the reach check leaves no row, no
+seq gap and no outbox row behind. Driven at the service, against the real
+Postgres of the test stack."""
+
+from __future__ import annotations
+
+import asyncpg
+import pytest
+
+from app.errors import Problem
+from app.schemas import TaskCreate
+from app.services import accounts
+from app.services import tasks as tasks_service
+from app.services.reach_cache import ReachCache
+from app.settings import Settings
+from tests.support.meshapi import MeshFactory
+
+
+def _create(to: str, text: str, **ids: str) -> TaskCreate:
+    message: dict[str, object] = {"parts": [{"kind": "text", "text": text}]}
+    if "message_id" in ids:
+        message["message_id"] = ids.pop("message_id")
+    return TaskCreate.model_validate({"to_agent_id": to, "message": message, **ids})
+
+
+async def _written(db: asyncpg.Pool, recipient: str) -> tuple[int, int, int, int]:
+    """The recipient's counter, its inbox events, their outbox rows, tasks it serves."""
+    row = await db.fetchrow(
+        "SELECT (SELECT inbox_seq FROM agents WHERE agent_id = $1) AS seq, "
+        "(SELECT count(*) FROM inbox_events WHERE agent_id = $1) AS events, "
+        "(SELECT count(*) FROM outbox_events WHERE key = $1) AS outbox, "
+        "(SELECT count(*) FROM tasks WHERE serving_agent = $1) AS tasks", recipient)
+    return row["seq"] or 0, row["events"], row["outbox"], row["tasks"]
+
+
+async def test_create_writes_task_message_event_and_outbox_row_together(
+        mesh: MeshFactory, migrated: Settings, db: asyncpg.Pool) -> None:
+    a, b = await mesh.pair()
+    me = await accounts.resolve(db, migrated, a.token)
+    before = await _written(db, b.agent_id)
+    task, created = await tasks_service.create_task(db, migrated, me, _create(b.agent_id, "hi"))
+    assert created
+    seq, events, outbox, tasks = await _written(db, b.agent_id)
+    assert (seq, events, outbox, tasks) == (before[0] + 1, before[1] + 1, before[2] + 1,
+                                            before[3] + 1)
+    event = await db.fetchrow("SELECT * FROM inbox_events WHERE agent_id = $1 AND seq = $2",
+                              b.agent_id, seq)
+    assert event["type"] == "task.created" and event["task_id"] == task.task_id
+    stored = await db.fetchrow("SELECT * FROM task_messages WHERE message_id = $1",
+                               task.message.message_id)
+    assert stored["inbox_seq"] == seq  # the receipt's seq, without a second write
+    stored_task = await db.fetchrow("SELECT * FROM tasks WHERE task_id = $1", task.task_id)
+    # What the answer and the event say is what was stored.
+    assert stored_task["created_at"] == task.created_at == stored["created_at"]
+    assert event["payload"]["task"]["created_at"] == task.model_dump(mode="json")["created_at"]
+    assert event["payload"]["message"]["parts"] == stored["parts"]
+
+
+async def test_a_taken_id_writes_nothing(mesh: MeshFactory, migrated: Settings,
+                                         db: asyncpg.Pool) -> None:
+    a, b = await mesh.pair()
+    me = await accounts.resolve(db, migrated, a.token)
+    first, _ = await tasks_service.create_task(
+        db, migrated, me, _create(b.agent_id, "one", message_id="m-fixed-1"))
+    before = await _written(db, b.agent_id)
+
+    # The same message again: the stored task, created=False, nothing new.
+    again, created = await tasks_service.create_task(
+        db, migrated, me, _create(b.agent_id, "one", message_id="m-fixed-1"))
+    assert not created and again.task_id == first.task_id
+    # The same message_id with other content: 409.
+    with pytest.raises(Problem) as reused:
+        await tasks_service.create_task(
+            db, migrated, me, _create(b.agent_id, "other", message_id="m-fixed-1"))
+    assert reused.value.status == 409
+    # A task_id that is taken: 409, whoever holds it.
+    with pytest.raises(Problem) as taken:
+        await tasks_service.create_task(db, migrated, me,
+                                        _create(b.agent_id, "two", task_id=first.task_id))
+    assert taken.value.status == 409 and "not available" in taken.value.detail
+    # No seq was spent on any of them: the next event follows without a gap.
+    assert await _written(db, b.agent_id) == before
+    await tasks_service.create_task(db, migrated, me, _create(b.agent_id, "three"))
+    assert (await _written(db, b.agent_id))[0] == before[0] + 1
+
+
+async def test_a_recipient_deleted_after_the_reach_check_gets_nothing(
+        mesh: MeshFactory, migrated: Settings, db: asyncpg.Pool) -> None:
+    a, b = await mesh.pair()
+    me = await accounts.resolve(db, migrated, a.token)
+    reach = ReachCache(100, 600)
+    await tasks_service.create_task(db, migrated, me, _create(b.agent_id, "one"), reach=reach)
+    # Deleted behind the cache's back: the cached "friends" still lets the send
+    # through to the statement, which must find no counter row and write nothing.
+    await db.execute("DELETE FROM agents WHERE agent_id = $1", b.agent_id)
+    tasks_before = await db.fetchval("SELECT count(*) FROM tasks WHERE initiator = $1",
+                                     a.agent_id)
+    outbox_before = await db.fetchval("SELECT count(*) FROM outbox_events WHERE key = $1",
+                                      b.agent_id)
+    with pytest.raises(Problem) as gone:
+        await tasks_service.create_task(db, migrated, me, _create(b.agent_id, "two"),
+                                        reach=reach)
+    assert gone.value.status == 404 and "no longer exists" in gone.value.detail
+    assert await db.fetchval("SELECT count(*) FROM tasks WHERE initiator = $1",
+                             a.agent_id) == tasks_before
+    assert await db.fetchval("SELECT count(*) FROM task_messages WHERE sender = $1 "
+                             "AND parts->0->>'text' = 'two'", a.agent_id) == 0
+    assert await db.fetchval("SELECT count(*) FROM outbox_events WHERE key = $1",
+                             b.agent_id) == outbox_before
