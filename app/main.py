@@ -41,6 +41,7 @@ from app.services.inbox_stream import Recheck
 from app.services.kdf import Kdf
 from app.services.principal_cache import PrincipalCache
 from app.services.reach_cache import ReachCache
+from app.services.task_creates import CreateBatcher
 from app.settings import Settings, load_settings
 from app.stream_slots import StreamSlots
 from app.unavailable import UNAVAILABLE, handle_unavailable
@@ -100,12 +101,15 @@ def create_app(settings: Settings | None = None) -> Starlette:
         await receipts.start()
         wakeup = RelayWakeup(pool, notices)
         await wakeup.start()
+        creates = CreateBatcher(pool, settings.bus_topic, wakeup,
+                                max_batch=settings.create_batch_max,
+                                in_flight=settings.create_batch_in_flight)
         app.state.mesh = State(settings=settings, pool=pool, redis=redis, hub=hub,
                                ratelimiter=limiter, wakeup=wakeup,
                                auth_throttle=AuthThrottle(redis, settings),
                                kdf=Kdf.from_settings(settings),
                                sse_slots=StreamSlots(settings.sse_max_streams_per_agent),
-                               principals=principals, reach=reach,
+                               principals=principals, reach=reach, creates=creates,
                                commit_notices=notices, receipts=receipts,
                                sse_recheck=Recheck(pool, settings.sse_recheck_seconds))
         try:

@@ -123,6 +123,13 @@ class Settings(BaseSettings):
     receipt_flush_ms: int = 50
     receipt_flush_max: int = 500
 
+    # --- task creates (issue 13, ADR 028) ------------------------------------
+    # Creates meeting on one web process share one statement: up to
+    # MESH_CREATE_BATCH_MAX per statement, MESH_CREATE_BATCH_IN_FLIGHT statements
+    # at once (a create that finds a slot free is written at once).
+    create_batch_max: int = Field(default=64, ge=1)
+    create_batch_in_flight: int = Field(default=2, ge=1)
+
     @property
     def bus_kind(self) -> Literal["kafka", "nats", "redis"]:
         if self.bus == "auto":

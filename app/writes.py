@@ -32,7 +32,6 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterable, Sequence
-from datetime import datetime
 from typing import Any, Protocol
 
 import asyncpg
@@ -41,10 +40,11 @@ from app.store import events as events_store
 from app.store import outbox as outbox_store
 from app.store import tasks as tasks_store
 from app.store.events import NewEvent, RecipientMissing
+from app.store.tasks import NewTask
 
 log = logging.getLogger("mesh.writes")
 
-__all__ = ["Effect", "NewEvent", "RecipientMissing", "Wakeup", "Writes", "writes"]
+__all__ = ["Effect", "NewEvent", "NewTask", "RecipientMissing", "Wakeup", "Writes", "writes"]
 
 
 class Wakeup(Protocol):
@@ -73,18 +73,14 @@ class Writes:
         self._wrote(row["agent_id"] for row in written)
         return written
 
-    async def create_task(self, event: NewEvent, *, message_id: str,
-                          parts: list[dict[str, Any]], metadata: dict[str, Any] | None,
-                          content_hash: str, created_at: datetime) -> int | None:
-        """``tasks_store.create_with_event`` (see there): a task, its first message
-        and ``event`` for the serving agent. Returns the event's seq, None if that
-        agent does not exist."""
-        seq = await tasks_store.create_with_event(
-            self.conn, event, message_id=message_id, parts=parts, metadata=metadata,
-            content_hash=content_hash, created_at=created_at, topic=self._topic())
-        if seq is not None:
-            self._wrote([event.agent_id])
-        return seq
+    async def create_tasks(self, tasks: Sequence[NewTask]) -> list[int | None]:
+        """``tasks_store.create_with_events`` (see there): tasks, their first messages
+        and each one's event for its serving agent. Returns each event's seq, None
+        where that agent does not exist."""
+        seqs = await tasks_store.create_with_events(self.conn, tasks, topic=self._topic())
+        self._wrote(t.event.agent_id for t, seq in zip(tasks, seqs, strict=True)
+                    if seq is not None)
+        return seqs
 
     def _topic(self) -> str:
         if self.topic is None:

@@ -30,6 +30,7 @@ from app.services.inbox_stream import Recheck
 from app.services.principal_cache import PrincipalCache
 from app.services.principals import Agent, Owner
 from app.services.reach_cache import ReachCache, publish_reach_change
+from app.services.task_creates import CreateBatcher
 from app.settings import Settings
 from app.writes import Wakeup
 
@@ -61,6 +62,8 @@ class State:
     # kept right by the notices the hub hears; None: every request asks Postgres.
     principals: PrincipalCache | None = None
     reach: ReachCache | None = None
+    # The writer that puts concurrent task creates in one statement (ADR 028).
+    creates: CreateBatcher | None = None
 
     async def auth_changed(self, agent_id: str) -> None:
         """An agent's credentials changed (committed): forget them here, tell every

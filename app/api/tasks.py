@@ -22,7 +22,7 @@ async def create_task(request: Request) -> Response:
     data = await body(request, TaskCreate)
     s = state(request)
     result, created = await tasks.create_task(s.pool, s.settings, me, data, wakeup=s.wakeup,
-                                               reach=s.reach)
+                                               reach=s.reach, creates=s.creates)
     return json(result, 201 if created else 200)
 
 

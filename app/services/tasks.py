@@ -27,16 +27,17 @@ from app.responses import (
     TaskWithMessage,
 )
 from app.schemas import ArtifactIn, MessageIn, StatusChange, TaskCreate, dump_parts
-from app.services import broadcasts
+from app.services import broadcasts, task_creates
 from app.services.hashing import content_hash
 from app.services.principals import Agent
 from app.services.reach_cache import ReachCache
 from app.services.replay import Replay, message_id_reused, same_request
+from app.services.task_creates import CreateBatcher
 from app.settings import Settings
 from app.store import inbox as inbox_store
 from app.store import social as social_store
 from app.store import tasks as tasks_store
-from app.writes import NewEvent, RecipientMissing, Wakeup, Writes, writes
+from app.writes import NewEvent, NewTask, RecipientMissing, Wakeup, Writes, writes
 
 
 def _role(sender: str, task: asyncpg.Record | dict[str, Any]) -> str:
@@ -63,11 +64,12 @@ async def check_can_message(conn: asyncpg.Connection | asyncpg.Pool, sender: str
 
 
 async def create_task(pool: asyncpg.Pool, settings: Settings, me: Agent, body: TaskCreate, *,
-                      wakeup: Wakeup | None = None,
-                      reach: ReachCache | None = None) -> tuple[TaskWithMessage, bool]:
+                      wakeup: Wakeup | None = None, reach: ReachCache | None = None,
+                      creates: CreateBatcher | None = None) -> tuple[TaskWithMessage, bool]:
     """Returns (task with its first message, created?). created=False is an
     idempotent retry of the same message_id with the same content. ``reach``: the
-    web process's relationship cache (else Postgres is asked).
+    web process's relationship cache (else Postgres is asked); ``creates``: its
+    batcher (else this create is written alone).
 
     One statement writes it all (ADR 028), so the rows and the event payload are
     built here first, with the gateway's clock for created_at; a unique id that
@@ -91,12 +93,13 @@ async def create_task(pool: asyncpg.Pool, settings: Settings, me: Agent, body: T
     event = NewEvent(agent_id=body.to_agent_id, type="task.created", task_id=task_id,
                      context_id=context_id, from_agent_id=me.agent_id,
                      payload={"task": task_out.wire(), "message": message_out.wire()})
+    new = NewTask(event, message_id=message_id, parts=parts, metadata=msg.metadata,
+                  content_hash=fingerprint, created_at=now)
     try:
-        async with writes(pool, topic=settings.bus_topic, wakeup=wakeup,
-                          one_statement=True) as tx:
-            seq = await tx.create_task(event, message_id=message_id, parts=parts,
-                                       metadata=msg.metadata, content_hash=fingerprint,
-                                       created_at=now)
+        if creates is not None:
+            seq = await creates.create(new)
+        else:
+            (seq,) = await task_creates.write(pool, settings.bus_topic, wakeup, [new])
     except asyncpg.UniqueViolationError as exc:
         taken = (task_id_unavailable(task_id)
                  if exc.constraint_name == tasks_store.TASK_ID_TAKEN else None)

@@ -56,12 +56,22 @@ def event_tail(source: str, *, topic: str) -> str:
 )"""
 
 
-def bump_one(recipient: str) -> str:
-    """The CTE ``bumped``: one recipient's next seq (agent_id, inbox_seq), its counter
-    row locked until the commit; no row when the agent does not exist. One row only:
-    a write reaching several agents locks them in order (see :func:`append`)."""
-    return (f"bumped AS (UPDATE agents SET inbox_seq = inbox_seq + 1 "
-            f"WHERE agent_id = {recipient} RETURNING agent_id, inbox_seq)")
+def bump_many(recipients: str) -> str:
+    """The CTEs ``locked`` and ``bumped``: each agent ``recipients`` selects (a
+    query, with repeats) gets its counter moved by the number of times it is
+    named; ``bumped`` has (agent_id, inbox_seq: the last seq taken, bumped_by).
+    The counter rows are locked in agent_id order, so two writes reaching the
+    same agents can never deadlock; agents that do not exist get no row."""
+    return f"""locked AS (
+    SELECT a.agent_id FROM agents a WHERE a.agent_id IN ({recipients})
+    ORDER BY a.agent_id FOR UPDATE
+), counts AS (
+    SELECT agent_id, count(*) AS n FROM ({recipients}) AS named(agent_id) GROUP BY agent_id
+), bumped AS (
+    UPDATE agents a SET inbox_seq = a.inbox_seq + c.n FROM locked l, counts c
+    WHERE a.agent_id = l.agent_id AND c.agent_id = l.agent_id
+    RETURNING a.agent_id, a.inbox_seq, c.n AS bumped_by
+)"""
 
 
 _APPEND_SQL = f"""
@@ -69,13 +79,7 @@ WITH req AS (
     SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[],
                          $6::text[], $7::jsonb[])
         AS r(agent_id, event_id, type, task_id, context_id, from_agent_id, payload)
-), locked AS (
-    SELECT a.agent_id FROM agents a WHERE a.agent_id IN (SELECT agent_id FROM req)
-    ORDER BY a.agent_id FOR UPDATE
-), bumped AS (
-    UPDATE agents a SET inbox_seq = a.inbox_seq + 1 FROM locked l
-    WHERE a.agent_id = l.agent_id RETURNING a.agent_id, a.inbox_seq
-), {event_tail(
+), {bump_many("SELECT agent_id FROM req")}, {event_tail(
     "SELECT r.agent_id, b.inbox_seq, r.event_id, r.type, r.task_id, r.context_id, "
     "r.from_agent_id, r.payload FROM req r JOIN bumped b USING (agent_id)", topic="$8")},
 receipt AS (

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 import asyncpg
 
+from app import fastjson
 from app.domain.task_states import INITIAL, OPEN
 from app.store import events as events_store
 
@@ -41,41 +44,70 @@ TASK_ID_TAKEN = "tasks_pkey"
 MESSAGE_ID_TAKEN = "task_messages_pkey"
 
 _CREATE_SQL = f"""
-WITH {events_store.bump_one("$4::text")}, t AS (
+WITH req AS (
+    SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[],
+                         $6::text[], $7::jsonb[], $8::text[], $9::timestamptz[], $10::text[],
+                         $11::text[], $12::jsonb[]) WITH ORDINALITY
+        AS r(task_id, context_id, initiator, serving_agent, message_id, parts, metadata,
+             content_hash, created_at, event_id, type, payload, ord)
+), {events_store.bump_many("SELECT serving_agent FROM req")},
+numbered AS (
+    -- Several creates for one agent in a batch take consecutive seqs, in batch order.
+    SELECT r.*, b.inbox_seq - b.bumped_by
+           + row_number() OVER (PARTITION BY r.serving_agent ORDER BY r.ord) AS seq
+    FROM req r JOIN bumped b ON b.agent_id = r.serving_agent
+), t AS (
     INSERT INTO tasks (task_id, context_id, initiator, serving_agent, state, created_at,
                        updated_at)
-    SELECT $1::text, $2::text, $3::text, $4::text, $5::text, $10::timestamptz, $10::timestamptz
-    FROM bumped
-    RETURNING task_id
+    SELECT task_id, context_id, initiator, serving_agent, $13::text, created_at, created_at
+    FROM numbered
 ), m AS (
     INSERT INTO task_messages ({_MESSAGE_WRITTEN}, inbox_seq, created_at)
-    SELECT $6::text, t.task_id, $2::text, $3::text, $4::text, 'user', $7::jsonb, $8::jsonb,
-           $9::text, b.inbox_seq, $10::timestamptz
-    FROM t, bumped b
-    RETURNING message_id
+    SELECT message_id, task_id, context_id, initiator, serving_agent, 'user', parts::jsonb,
+           metadata,
+           content_hash, seq, created_at
+    FROM numbered
 ), {events_store.event_tail(
-    "SELECT b.agent_id, b.inbox_seq, $11::text, $12::text, $1::text, $2::text, $3::text, "
-    "$13::jsonb FROM bumped b, m", topic="$14::text")}
-SELECT seq FROM ins
+    "SELECT serving_agent, seq, event_id, type, task_id, context_id, initiator, payload "
+    "FROM numbered", topic="$14::text")}
+SELECT event_id, seq FROM ins
 """
 
 
-async def create_with_event(
-        conn: asyncpg.Connection, event: events_store.NewEvent, *, message_id: str,
-        parts: list[dict[str, Any]], metadata: dict[str, Any] | None, content_hash: str,
-        created_at: datetime, topic: str) -> int | None:
-    """A new task (``event``'s task_id and context_id, from its from_agent_id to its
-    agent_id), its first message (role ``user``), that inbox event and its outbox
-    row: ONE statement, so one round trip and, outside a transaction block, its
-    own transaction (ADR 028). Returns the event's seq; None when the serving
-    agent does not exist (nothing written). A task_id or (sender, message_id)
-    that is taken raises ``asyncpg.UniqueViolationError`` naming
-    :data:`TASK_ID_TAKEN` or :data:`MESSAGE_ID_TAKEN`, and nothing is written
-    either."""
-    return await conn.fetchval(
-        _CREATE_SQL, event.task_id, event.context_id, event.from_agent_id, event.agent_id,
-        INITIAL, message_id, parts, metadata, content_hash, created_at, event.event_id,
-        event.type, event.payload, topic)
+@dataclass(frozen=True)
+class NewTask:
+    """A task to create with its first message (role ``user``) and ``event``, the
+    serving agent's inbox event: the event's task_id, context_id, from_agent_id
+    (the initiator) and agent_id (the serving agent) are the task's."""
+    event: events_store.NewEvent
+    message_id: str
+    parts: list[dict[str, Any]]
+    metadata: dict[str, Any] | None
+    content_hash: str
+    created_at: datetime
+
+
+async def create_with_events(conn: asyncpg.Connection, tasks: Sequence[NewTask], *,
+                             topic: str) -> list[int | None]:
+    """Tasks, their first messages, their inbox events and outbox rows: ONE
+    statement, so one round trip and, outside a transaction block, one
+    transaction for the lot (ADR 028). Returns each task's event seq, None where
+    the serving agent does not exist (that one is not written). An id that is
+    taken (a task_id, or a sender's message_id) raises
+    ``asyncpg.UniqueViolationError`` naming :data:`TASK_ID_TAKEN` or
+    :data:`MESSAGE_ID_TAKEN`, and then nothing at all is written."""
+    events = [t.event for t in tasks]
+    rows = await conn.fetch(
+        _CREATE_SQL, [e.task_id for e in events], [e.context_id for e in events],
+        [e.from_agent_id for e in events], [e.agent_id for e in events],
+        # Parts as JSON text: a list inside the array would read as one more dimension.
+        [t.message_id for t in tasks], [fastjson.dumps_text(t.parts) for t in tasks],
+        [t.metadata for t in tasks],
+        [t.content_hash for t in tasks], [t.created_at for t in tasks],
+        [e.event_id for e in events], [e.type for e in events], [e.payload for e in events],
+        INITIAL, topic)
+    seqs = {r["event_id"]: r["seq"] for r in rows}
+    return [seqs.get(e.event_id) for e in events]
 
 
 async def get_for_message(conn: Conn, task_id: str, sender: str,
