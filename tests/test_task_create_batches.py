@@ -74,17 +74,19 @@ async def test_creates_queued_behind_a_busy_slot_go_in_one_statement(
     again, again_created = results[5]
     assert not again_created and again.task_id == first.task_id
 
-    # Each created task's event has its own seq, consecutive after the head's,
-    # in the order the creates were queued, and nothing else took one.
+    # Each created task's event has a seq of its own, the head's first, then the
+    # batch's without a gap, and nothing else took one.
+    tasks = [t for t, _ in [results[0], *created]]
     seqs = [await db.fetchval("SELECT inbox_seq FROM task_messages WHERE message_id = $1",
-                              t.message.message_id) for t, _ in [results[0], *created]]
-    assert seqs == list(range(seq_before + 1, seq_before + 5))
+                              t.message.message_id) for t in tasks]
+    assert seqs[0] == seq_before + 1
+    assert sorted(seqs) == list(range(seq_before + 1, seq_before + 5))
     assert await db.fetchval("SELECT inbox_seq FROM agents WHERE agent_id = $1",
                              b.agent_id) == seq_before + 4
     events = await db.fetch("SELECT seq, task_id FROM inbox_events WHERE agent_id = $1 "
                             "AND seq > $2 ORDER BY seq", b.agent_id, seq_before)
-    assert [(e["seq"], e["task_id"]) for e in events] == [
-        (seq, t.task_id) for seq, (t, _) in zip(seqs, [results[0], *created], strict=True)]
+    assert [(e["seq"], e["task_id"]) for e in events] == sorted(
+        (seq, t.task_id) for seq, t in zip(seqs, tasks, strict=True))
     assert await db.fetchval("SELECT count(*) FROM outbox_events WHERE key = $1 AND "
                              "(payload->>'seq')::bigint > $2", b.agent_id, seq_before) == 4
 
