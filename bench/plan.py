@@ -14,7 +14,7 @@ class Plan:
     latency_seconds: float = 20.0
     low_rate: float = 20.0
     low_seconds: float = 10.0
-    sweep: tuple[int, ...] = (4, 16, 64)
+    sweep: tuple[int, ...] = (4, 16, 32, 64)
     sweep_seconds: float = 10.0
     relay_rows: int = 50_000
     longpoll_tries: int = 50
