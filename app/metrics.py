@@ -51,6 +51,10 @@ RELAY_WAKEUPS = Counter(
     "agent_mesh_relay_wakeups",
     "NOTIFYs a web process sent to wake the relay (one covers every commit since the last).",
 )
+TASK_CREATE_STATEMENTS = Counter(
+    "agent_mesh_task_create_statements",
+    "Statements that wrote task creates, each carrying one or more of them (ADR 028).",
+)
 TASK_TIMEOUTS = Counter(
     "agent_mesh_task_timeout",
     "Tasks failed by the activity timeout.",

@@ -12,6 +12,7 @@ from typing import Any
 
 import asyncpg
 import pytest
+from prometheus_client import REGISTRY
 
 from app.errors import Problem
 from app.responses import TaskWithMessage
@@ -21,6 +22,10 @@ from app.services import tasks as tasks_service
 from app.services.task_creates import CreateBatcher
 from app.settings import Settings
 from tests.support.meshapi import MeshFactory
+
+
+def _statements() -> float:
+    return REGISTRY.get_sample_value("agent_mesh_task_create_statements_total") or 0.0
 
 
 def _create(to: str, text: str, message_id: str | None = None) -> TaskCreate:
@@ -53,6 +58,7 @@ async def test_creates_queued_behind_a_busy_slot_go_in_one_statement(
 
     seq_before = await db.fetchval("SELECT inbox_seq FROM agents WHERE agent_id = $1",
                                    b.agent_id)
+    statements_before = _statements()
     async with db.acquire() as holder, holder.transaction():
         await holder.execute("SELECT 1 FROM agents WHERE agent_id = $1 FOR UPDATE", b.agent_id)
         head = send(_create(b.agent_id, "head"))  # takes the one slot, waits on the lock
@@ -64,6 +70,8 @@ async def test_creates_queued_behind_a_busy_slot_go_in_one_statement(
     # The lock is gone: the head commits, the five queued go as one batch.
     results = await asyncio.gather(head, *goods, reused, retried, return_exceptions=True)
     assert creates.sizes == [1, 5]
+    # The head, the batch (which the reused id aborts), then its five one by one.
+    assert _statements() - statements_before == 1 + 1 + 5
 
     head_task, head_created = results[0]
     assert head_created
@@ -98,6 +106,7 @@ async def test_a_batch_reaching_a_deleted_agent_writes_the_others(
     await mesh.befriend(a, c)
     me = await accounts.resolve(db, migrated, a.token)
     creates = CreateBatcher(db, migrated.bus_topic, None, max_batch=64, in_flight=1)
+    statements_before = _statements()
     async with db.acquire() as holder, holder.transaction():
         await holder.execute("SELECT 1 FROM agents WHERE agent_id = $1 FOR UPDATE", b.agent_id)
         head = asyncio.ensure_future(tasks_service.create_task(
@@ -112,6 +121,7 @@ async def test_a_batch_reaching_a_deleted_agent_writes_the_others(
         await db.execute("DELETE FROM agents WHERE agent_id = $1", c.agent_id)
     results = await asyncio.gather(head, to_b, to_c, return_exceptions=True)
     assert creates.sizes == [1, 2]
+    assert _statements() - statements_before == 2  # nothing failed: no create was retried
     assert results[0][1] and results[1][1]
     assert isinstance(results[2], Problem) and results[2].status == 404
     assert await db.fetchval("SELECT count(*) FROM tasks WHERE serving_agent = $1",

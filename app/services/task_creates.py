@@ -19,6 +19,7 @@ from collections.abc import Sequence
 
 import asyncpg
 
+from app.metrics import TASK_CREATE_STATEMENTS
 from app.writes import NewTask, Wakeup, writes
 
 
@@ -26,6 +27,7 @@ async def write(pool: asyncpg.Pool, topic: str, wakeup: Wakeup | None,
                 tasks: Sequence[NewTask]) -> list[int | None]:
     """Write ``tasks`` in one statement; each one's event seq, None where its
     serving agent does not exist (see app.store.tasks.create_with_events)."""
+    TASK_CREATE_STATEMENTS.inc()
     async with writes(pool, topic=topic, wakeup=wakeup, one_statement=True) as tx:
         return await tx.create_tasks(tasks)
 
