@@ -47,7 +47,6 @@ def arq_redis_settings(settings: Settings) -> RedisSettings:
     return base
 
 
-
 def use_fast_event_loop() -> None:
     """uvloop's event loop for the next ``asyncio.run`` when it is installed
     (uvicorn[standard] brings it on Linux; the web process already runs on it).
