@@ -44,7 +44,7 @@ CLAIM_SETUP_SQL = "SET LOCAL synchronous_commit = off; SET LOCAL enable_bitmapsc
 # the settings share one simple-query round trip, so a batch costs four round
 # trips instead of five. The sent mark stays a prepared statement of its own:
 # folded into the COMMIT's simple query it saved a round trip but was parsed and
-# planned anew for every batch, and Postgres's CPU per send rose by as much.
+# planned anew for every batch, and Postgres's CPU per send came out higher.
 CLAIM_BEGIN_SQL = "BEGIN; " + CLAIM_SETUP_SQL
 
 
