@@ -12,6 +12,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer
 from aiokafka.partitioner import DefaultPartitioner
 
+from app.db import create_pool
 from app.settings import Settings
 from app.store import outbox as outbox_store
 from devstack.process import free_port
@@ -39,14 +40,49 @@ async def test_the_claim_walks_the_pending_index_in_order_after_a_burst(
     still stop after its LIMIT instead of joining and sorting every pending row."""
     topic = f"t-{uniq}"
     await insert_rows(db, topic, 20_000, 16)
-    async with db.acquire() as conn, conn.transaction():
-        await conn.execute(outbox_store.CLAIM_SETUP_SQL)
-        plan = "\n".join(r[0] for r in await conn.fetch(
-            "EXPLAIN (ANALYZE, COSTS OFF) " + outbox_store.CLAIM_SQL, 500, topic))
-        assert "Index Scan using outbox_pending_idx" in plan, plan
-        assert "Sort" not in plan and "Bitmap" not in plan, plan
-        assert await conn.fetchval("SHOW synchronous_commit") == "off"
+    async with db.acquire() as conn:
+        await outbox_store.begin_claim(conn)  # the relay's own opening of a claim
+        try:
+            plan = "\n".join(r[0] for r in await conn.fetch(
+                "EXPLAIN (ANALYZE, COSTS OFF) " + outbox_store.CLAIM_SQL, 500, topic))
+            assert "Index Scan using outbox_pending_idx" in plan, plan
+            assert "Sort" not in plan and "Bitmap" not in plan, plan
+            assert await conn.fetchval("SHOW synchronous_commit") == "off"
+        finally:
+            await outbox_store.rollback(conn)
     await db.execute("DELETE FROM outbox_events WHERE topic = $1", topic)
+
+
+async def test_a_batch_is_four_round_trips_and_its_marks_are_committed(
+        migrated: Settings, db, uniq: str) -> None:
+    """At a trickle every event pays a whole claim (ADR 027): the BEGIN with the
+    claim's settings, the claim, the sent mark, the COMMIT — and the marks must
+    be committed, not left in a transaction the pool rolls back."""
+    settings = isolated(migrated, uniq)
+    pool = await create_pool(settings, min_size=1, max_size=1)
+    sent: list[str] = []
+    async with pool.acquire() as conn:
+        conn.add_query_logger(lambda q: sent.append(" ".join(q.query.split())))
+    try:
+        async with opened(settings) as rt:
+            relay = relay_worker.Relay(settings, pool, await rt.publisher())
+            # A first batch prepares the statements (asyncpg's type introspection).
+            await insert_rows(db, settings.bus_topic, 1, 1)
+            assert await relay.relay_batch() == 1
+            await insert_rows(db, settings.bus_topic, 3, 2)
+            sent.clear()
+            assert await relay.relay_batch() == 3
+            assert len(sent) == 4, sent
+            assert sent[0].startswith("BEGIN;") and sent[-1] == "COMMIT", sent
+            sent.clear()
+            assert await relay.relay_batch() == 0  # nothing due: BEGIN, claim, ROLLBACK
+            assert len(sent) == 3, sent
+    finally:
+        await pool.close()
+    rows = await db.fetch("SELECT status, sent_at IS NOT NULL AS dated FROM outbox_events "
+                          "WHERE topic = $1", settings.bus_topic)
+    assert [(r["status"], r["dated"]) for r in rows] == [("sent", True)] * 4
+    await db.execute("DELETE FROM outbox_events WHERE topic = $1", settings.bus_topic)
 
 
 async def test_overlapping_batches_publish_every_row_once_in_order_per_key(

@@ -3,6 +3,7 @@ and arq's Redis connection with retries (a Redis restart must not kill a worker)
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 from arq.connections import RedisSettings
@@ -45,3 +46,16 @@ def arq_redis_settings(settings: Settings) -> RedisSettings:
     base.retry = Retry(ExponentialBackoff(cap=2.0, base=0.05), retries=40)
     return base
 
+
+def use_fast_event_loop() -> None:
+    """uvloop's event loop for the next ``asyncio.run`` when it is installed
+    (uvicorn[standard] brings it on Linux; the web process already runs on it).
+    The relay and push worker spend their low-rate CPU in the event loop
+    itself and in socket writes — claim, produce, fetch, pipeline, commit per
+    batch of one or two events — and uvloop's loop and transports are C
+    (ADR 027: measured). Without uvloop the standard loop runs, as before."""
+    try:
+        import uvloop
+    except ImportError:
+        return
+    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())

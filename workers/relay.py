@@ -25,7 +25,6 @@ import time
 from dataclasses import dataclass
 
 import asyncpg
-from asyncpg.transaction import Transaction
 
 from app import db
 from app.metrics import DEAD_LETTERS, OUTBOX_DISPATCH, OUTBOX_PENDING, RELAY_BATCHES
@@ -33,7 +32,7 @@ from app.retry import Backoff, Schedule
 from app.settings import Settings
 from app.store import outbox as outbox_store
 from app.store.events import WAKEUP_CHANNEL
-from workers import runtime
+from workers import process, runtime
 from workers.bus import Publisher, PublishError, RecordRejected
 
 log = logging.getLogger("mesh.relay")
@@ -66,16 +65,15 @@ class Relay:
         """Lock the next due rows in a transaction of their own and encode them;
         None (nothing left open) when no row is due."""
         conn: asyncpg.Connection = await self.pool.acquire()
-        tx = conn.transaction()
         try:
-            await tx.start()
+            await outbox_store.begin_claim(conn)
             rows = await outbox_store.claim(conn, self.settings.relay_batch_size,
                                            self.settings.bus_topic)
             if rows:
-                return _Claimed(conn, tx, rows, [_bus_value(r) for r in rows])
-            await tx.rollback()
+                return _Claimed(conn, rows, [_bus_value(r) for r in rows])
+            await outbox_store.rollback(conn)
         except BaseException:
-            await _discard(conn, tx)
+            await _discard(conn)
             await self.pool.release(conn)
             raise
         await self.pool.release(conn)
@@ -100,12 +98,11 @@ class Relay:
                 errors.append(_describe(result))
                 dead.append(not result.retriable
                             or row["attempts"] + 1 >= self.settings.relay_max_attempts)
-            await outbox_store.mark_sent(batch.conn, sent)
             await outbox_store.mark_failed_attempts(batch.conn, failed_ids, errors, dead,
                                                     self.settings.relay_retry_base_seconds)
-            await batch.tx.commit()
+            await outbox_store.commit_sent(batch.conn, sent)
         except BaseException:
-            await _discard(batch.conn, batch.tx)
+            await _discard(batch.conn)
             raise
         finally:
             await self.pool.release(batch.conn)
@@ -167,7 +164,7 @@ class Relay:
         except Exception:  # its claim failed: nothing is held
             return
         if batch is not None:
-            await _discard(batch.conn, batch.tx)
+            await _discard(batch.conn)
             await self.pool.release(batch.conn)
 
     # --- the loop -------------------------------------------------------------------
@@ -265,19 +262,19 @@ class Relay:
 
 @dataclass(slots=True)
 class _Claimed:
-    """A claimed batch: its rows stay locked until ``tx`` ends."""
+    """A claimed batch: its rows stay locked until the transaction open on
+    ``conn`` ends (outbox_store.commit_sent or rollback)."""
 
     conn: asyncpg.Connection
-    tx: Transaction
     rows: list[asyncpg.Record]
     values: list[bytes | PublishError]
 
 
-async def _discard(conn: asyncpg.Connection, tx: Transaction) -> None:
+async def _discard(conn: asyncpg.Connection) -> None:
     """Roll back (the rows are claimable again); a connection that broke is
     dropped by the pool, which ends its transaction just the same."""
     with contextlib.suppress(Exception):
-        await tx.rollback()
+        await outbox_store.rollback(conn)
 
 
 def _bus_value(row: asyncpg.Record) -> bytes | PublishError:
@@ -302,6 +299,7 @@ async def build(rt: runtime.Runtime) -> Relay:
 
 
 def main() -> None:
+    process.use_fast_event_loop()
     runtime.main(build, "outbox")
 
 
