@@ -15,6 +15,7 @@ from starlette.middleware import Middleware
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
 from starlette.routing import BaseRoute, Route
+from starlette.types import ASGIApp
 
 from app import db, health, openapi
 from app.a2a import routes as a2a_routes
@@ -42,6 +43,7 @@ from app.services.kdf import Kdf
 from app.services.principal_cache import PrincipalCache
 from app.services.reach_cache import ReachCache
 from app.settings import Settings, load_settings
+from app.sse_response import StreamsOutside
 from app.stream_slots import StreamSlots
 from app.unavailable import UNAVAILABLE, handle_unavailable
 
@@ -66,12 +68,21 @@ async def metrics(request: Request) -> Response:
     return PlainTextResponse(generate_latest(), media_type=CONTENT_TYPE_LATEST)
 
 
+class MeshApp(Starlette):
+    """Starlette with :class:`StreamsOutside` around its whole stack: an open
+    event stream keeps none of the middleware, exception and routing frames
+    (ADR 026)."""
+
+    def build_middleware_stack(self) -> ASGIApp:
+        return StreamsOutside(super().build_middleware_stack())
+
+
 def api_routes() -> list[BaseRoute]:
     return [*auth.routes, *owners.routes, *mesh.routes, *tasks.routes, *inbox.routes, *sse.routes,
             *admin.routes, *timeline.routes, *teams.routes]
 
 
-def create_app(settings: Settings | None = None) -> Starlette:
+def create_app(settings: Settings | None = None) -> MeshApp:
     settings = settings or load_settings()
     setup_logging(settings, "web")
     init_sentry(settings, "web")
@@ -138,7 +149,7 @@ def create_app(settings: Settings | None = None) -> Starlette:
         *a2a_routes.routes,
     ]
     routes += console_routes()  # the owner console (HTML, not in /openapi.json)
-    app = Starlette(
+    app = MeshApp(
         routes=routes,
         middleware=[
             Middleware(RequestMetrics),
