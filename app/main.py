@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 from collections.abc import AsyncIterator
 from typing import Any
@@ -68,6 +69,19 @@ async def metrics(request: Request) -> Response:
     return PlainTextResponse(generate_latest(), media_type=CONTENT_TYPE_LATEST)
 
 
+def configure_gc(settings: Settings) -> None:
+    """The collector of a web process that holds thousands of open streams
+    (ADR 026): every full collection walks every live object, each stream's too."""
+    if settings.web_gc_threshold is not None:
+        gc.set_threshold(*settings.web_gc_threshold)
+    if settings.web_gc_freeze:
+        # What startup made lives as long as the process: out of every walk. It is
+        # collected first so that no garbage is frozen with it.
+        gc.collect()
+        gc.freeze()
+    log.info("gc: threshold %s, %d objects frozen", gc.get_threshold(), gc.get_freeze_count())
+
+
 class MeshApp(Starlette):
     """Starlette with :class:`StreamsOutside` around its whole stack: an open
     event stream keeps none of the middleware, exception and routing frames
@@ -119,6 +133,7 @@ def create_app(settings: Settings | None = None) -> MeshApp:
                                principals=principals, reach=reach,
                                commit_notices=notices, receipts=receipts,
                                sse_recheck=Recheck(pool, settings.sse_recheck_seconds))
+        configure_gc(settings)
         try:
             yield
         finally:

@@ -123,6 +123,14 @@ class Settings(BaseSettings):
     receipt_flush_ms: int = 50
     receipt_flush_max: int = 500
 
+    # --- the web process's garbage collector (issue 13 item 5, ADR 026) ------
+    # MESH_WEB_GC_FREEZE: after startup, move everything alive (modules, classes,
+    # pools, caches) out of the collector's reach (gc.freeze), so a full collection
+    # walks only what requests made since. MESH_WEB_GC_THRESHOLD: gc.set_threshold
+    # for the web process as a JSON list, e.g. [50000, 20, 100]; empty: Python's.
+    web_gc_freeze: bool = False
+    web_gc_threshold: tuple[int, int, int] | None = None
+
     @property
     def bus_kind(self) -> Literal["kafka", "nats", "redis"]:
         if self.bus == "auto":
