@@ -71,15 +71,10 @@ async def metrics(request: Request) -> Response:
 
 def configure_gc(settings: Settings) -> None:
     """The collector of a web process that holds thousands of open streams
-    (ADR 026): every full collection walks every live object, each stream's too."""
-    if settings.web_gc_threshold is not None:
-        gc.set_threshold(*settings.web_gc_threshold)
-    if settings.web_gc_freeze:
-        # What startup made lives as long as the process: out of every walk. It is
-        # collected first so that no garbage is frozen with it.
-        gc.collect()
-        gc.freeze()
-    log.info("gc: threshold %s, %d objects frozen", gc.get_threshold(), gc.get_freeze_count())
+    (ADR 026): every pass walks what is alive in its generations, each open
+    stream's objects too, so passes must be rare, not small."""
+    gc.set_threshold(*settings.web_gc_threshold)
+    log.info("gc thresholds %s", gc.get_threshold())
 
 
 class MeshApp(Starlette):

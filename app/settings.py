@@ -124,12 +124,11 @@ class Settings(BaseSettings):
     receipt_flush_max: int = 500
 
     # --- the web process's garbage collector (issue 13 item 5, ADR 026) ------
-    # MESH_WEB_GC_FREEZE: after startup, move everything alive (modules, classes,
-    # pools, caches) out of the collector's reach (gc.freeze), so a full collection
-    # walks only what requests made since. MESH_WEB_GC_THRESHOLD: gc.set_threshold
-    # for the web process as a JSON list, e.g. [50000, 20, 100]; empty: Python's.
-    web_gc_freeze: bool = False
-    web_gc_threshold: tuple[int, int, int] | None = None
+    # MESH_WEB_GC_THRESHOLD: gc.set_threshold of the web process, a JSON list.
+    # Python's (700, 10, 10) makes a process holding 10,000 open streams walk all
+    # of them again and again (full passes of up to 1 s, a young pass of ~0.2 s
+    # at the first request after an idle spell). [700, 10, 10] is Python's own.
+    web_gc_threshold: tuple[int, int, int] = (50_000, 20, 100)
 
     @property
     def bus_kind(self) -> Literal["kafka", "nats", "redis"]:
