@@ -125,10 +125,10 @@ class Settings(BaseSettings):
 
     # --- the web process's garbage collector (issue 13 item 5, ADR 026) ------
     # MESH_WEB_GC_THRESHOLD: gc.set_threshold of the web process, a JSON list.
-    # Python's (700, 10, 10) makes a process holding 10,000 open streams walk all
-    # of them again and again (full passes of up to 1 s, a young pass of ~0.2 s
-    # at the first request after an idle spell). [700, 10, 10] is Python's own.
-    web_gc_threshold: tuple[int, int, int] = (50_000, 20, 100)
+    # Every pass walks the objects of every open stream; with Python's own
+    # [700, 10, 10] 10,000 open streams meant full passes of up to 1 s and a young
+    # pass of ~0.2 s at the first request after an idle spell.
+    web_gc_threshold: tuple[int, int, int] = (10_000, 5, 100)
 
     @property
     def bus_kind(self) -> Literal["kafka", "nats", "redis"]:
