@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 from collections.abc import AsyncIterator, Callable
 
 import asyncpg
@@ -167,3 +168,16 @@ async def test_one_recheck_brings_an_event_no_notice_announced(
     await items.aclose()
     assert len(recheck._streams) == 0
     assert recheck._task is None  # the timer went with its last stream
+
+
+async def test_the_web_process_applies_its_collector_thresholds(migrated: Settings) -> None:
+    """MESH_WEB_GC_THRESHOLD (ADR 026) is what the serving process runs with."""
+    before = gc.get_threshold()
+    wanted = (before[0] + 1234, 7, 89)
+    try:
+        async with serve_app(migrated.model_copy(update={"web_gc_threshold": wanted})) as url:
+            async with MeshFactory.connect(url) as mesh:
+                assert (await mesh.http.get("/healthz")).status_code == 200
+            assert gc.get_threshold() == wanted
+    finally:
+        gc.set_threshold(*before)
