@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 from collections.abc import AsyncIterator
 from typing import Any
@@ -15,6 +16,7 @@ from starlette.middleware import Middleware
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
 from starlette.routing import BaseRoute, Route
+from starlette.types import ASGIApp
 
 from app import db, health, openapi
 from app.a2a import routes as a2a_routes
@@ -43,6 +45,7 @@ from app.services.principal_cache import PrincipalCache
 from app.services.reach_cache import ReachCache
 from app.services.task_creates import CreateBatcher
 from app.settings import Settings, load_settings
+from app.sse_response import StreamsOutside
 from app.stream_slots import StreamSlots
 from app.unavailable import UNAVAILABLE, handle_unavailable
 
@@ -67,12 +70,29 @@ async def metrics(request: Request) -> Response:
     return PlainTextResponse(generate_latest(), media_type=CONTENT_TYPE_LATEST)
 
 
+def configure_gc(settings: Settings) -> None:
+    """The collector of a web process that holds thousands of open streams
+    (ADR 026): every pass walks what is alive in its generations, each open
+    stream's objects too, so passes must be rare, not small."""
+    gc.set_threshold(*settings.web_gc_threshold)
+    log.info("gc thresholds %s", gc.get_threshold())
+
+
+class MeshApp(Starlette):
+    """Starlette with :class:`StreamsOutside` around its whole stack: an open
+    event stream keeps none of the middleware, exception and routing frames
+    (ADR 026)."""
+
+    def build_middleware_stack(self) -> ASGIApp:
+        return StreamsOutside(super().build_middleware_stack())
+
+
 def api_routes() -> list[BaseRoute]:
     return [*auth.routes, *owners.routes, *mesh.routes, *tasks.routes, *inbox.routes, *sse.routes,
             *admin.routes, *timeline.routes, *teams.routes]
 
 
-def create_app(settings: Settings | None = None) -> Starlette:
+def create_app(settings: Settings | None = None) -> MeshApp:
     settings = settings or load_settings()
     setup_logging(settings, "web")
     init_sentry(settings, "web")
@@ -112,6 +132,7 @@ def create_app(settings: Settings | None = None) -> Starlette:
                                principals=principals, reach=reach, creates=creates,
                                commit_notices=notices, receipts=receipts,
                                sse_recheck=Recheck(pool, settings.sse_recheck_seconds))
+        configure_gc(settings)
         try:
             yield
         finally:
@@ -142,7 +163,7 @@ def create_app(settings: Settings | None = None) -> Starlette:
         *a2a_routes.routes,
     ]
     routes += console_routes()  # the owner console (HTML, not in /openapi.json)
-    app = Starlette(
+    app = MeshApp(
         routes=routes,
         middleware=[
             Middleware(RequestMetrics),

@@ -11,6 +11,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.errors import PROBLEM_JSON
 from app.metrics import HTTP_REQUESTS
+from app.sse_response import OUTSIDE
 
 
 class RequestMetrics:
@@ -35,6 +36,11 @@ class RequestMetrics:
         try:
             await self.app(scope, receive, send_wrapper)
         finally:
+            stream = scope.get(OUTSIDE)
+            if stream is not None:
+                # An event stream handed to StreamsOutside: counted as it starts
+                # (its status is the 200 it will send), not when it ends.
+                status = stream.status_code
             route = scope.get("route")
             template = route.path if isinstance(route, BaseRoute) and hasattr(route, "path") \
                 else "unmatched"

@@ -130,6 +130,13 @@ class Settings(BaseSettings):
     create_batch_max: int = Field(default=64, ge=1)
     create_batch_in_flight: int = Field(default=2, ge=1)
 
+    # --- the web process's garbage collector (issue 13 item 5, ADR 026) ------
+    # MESH_WEB_GC_THRESHOLD: gc.set_threshold of the web process, a JSON list.
+    # Every pass walks the objects of every open stream; with Python's own
+    # [700, 10, 10] 10,000 open streams meant full passes of up to 1 s and a young
+    # pass of ~0.2 s at the first request after an idle spell.
+    web_gc_threshold: tuple[int, int, int] = (10_000, 5, 100)
+
     @property
     def bus_kind(self) -> Literal["kafka", "nats", "redis"]:
         if self.bus == "auto":

@@ -24,7 +24,7 @@ from typing import Generic, TypeVar
 
 from sse_starlette.sse import AppStatus
 from starlette.responses import Response
-from starlette.types import Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app.inbox_hub import Waiter
 
@@ -128,6 +128,10 @@ class ShutdownWatch:
 SHUTDOWN = ShutdownWatch()
 
 
+# The raw header lines per set of extra headers (EventStreamResponse.__init__).
+_HEADERS: dict[tuple[tuple[str, str], ...], list[tuple[bytes, bytes]]] = {}
+
+
 class EventStreamResponse(Response, Generic[T]):
     """Sends ``encode(item)`` for each item ``items(client)`` yields, as it comes.
 
@@ -152,32 +156,85 @@ class EventStreamResponse(Response, Generic[T]):
         self._stop = stop
         self._on_close = on_close
         self._shutdown = shutdown
-        self.init_headers({"Cache-Control": "no-store", "X-Accel-Buffering": "no",
-                           **(headers or {}), "Connection": "keep-alive"})
+        key = tuple(headers.items()) if headers else ()
+        shared = _HEADERS.get(key)
+        if shared is None:
+            self.init_headers({"Cache-Control": "no-store", "X-Accel-Buffering": "no",
+                               **(headers or {}), "Connection": "keep-alive"})
+            if len(_HEADERS) < 16:  # a route passes the same few headers every time
+                _HEADERS[key] = self.raw_headers
+        else:
+            # One list of header lines for every stream of a route (about 0.6 KB
+            # each otherwise): nothing changes a stream's headers after this.
+            self.raw_headers = shared
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if OUTSIDE in scope and scope[OUTSIDE] is None:
+            # Served by StreamsOutside once the middleware stack has returned: none
+            # of the stack's frames stays suspended for the life of the stream.
+            scope[OUTSIDE] = self
+            return
+        await self.run(scope, receive, send)
+
+    async def run(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Send the stream (one frame for the response: the encoding loop is here too)."""
         try:
             await send({"type": "http.response.start", "status": self.status_code,
                         "headers": self.raw_headers})
             if scope.get("method") == "HEAD":  # an endless body would never let HEAD end
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
                 return
-            await self._stream(receive, send)
+            items = self._items(Client(receive))
+            encode = self._encode
+            self._shutdown.add(self._stop)
+            try:
+                async for item in items:
+                    await send({"type": "http.response.body", "body": encode(item),
+                                "more_body": True})
+            except OSError:
+                return  # ASGI 2.4: the client is gone; nothing more can be sent
+            finally:
+                self._shutdown.discard(self._stop)
+                await items.aclose()  # its finally runs now, also when send failed
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
         finally:
             if self._on_close is not None:
                 self._on_close()
 
-    async def _stream(self, receive: Receive, send: Send) -> None:
-        items = self._items(Client(receive))
-        encode = self._encode
-        self._shutdown.add(self._stop)
-        try:
-            async for item in items:
-                await send({"type": "http.response.body", "body": encode(item),
-                            "more_body": True})
-        except OSError:
-            return  # ASGI 2.4: the client is gone; nothing more can be sent
-        finally:
-            self._shutdown.discard(self._stop)
-            await items.aclose()  # its finally runs now, also when send failed
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+# The scope key by which StreamsOutside offers to run an event stream after the
+# stack: None while the request is in the stack, then the response to run.
+OUTSIDE = "mesh.stream_outside"
+
+
+class StreamsOutside:
+    """The outermost ASGI layer (outside Starlette's error middleware): an
+    :class:`EventStreamResponse` returned by a route is run here, after the
+    middleware, exception and routing layers have returned.
+
+    Those layers (Starlette's ServerErrorMiddleware, ExceptionMiddleware, its
+    exception wrappers, Router, Route, request_response; app.middleware's
+    RequestMetrics) would otherwise stay suspended, with their send wrappers
+    and the Request, for the whole life of every open stream (ADR 026). What
+    they do for a stream is done before it starts: errors raised by the route
+    (401, 404, 422, 429 …) are answered by them as for any request, and
+    RequestMetrics counts the stream with its status when it is handed out.
+    An exception in the stream itself comes after the 200 went out, so no
+    handler could answer it anyway: it reaches the server, which logs it.
+    """
+
+    __slots__ = ("app",)
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        scope[OUTSIDE] = None
+        await self.app(scope, receive, send)
+        stream = scope[OUTSIDE]
+        if stream is not None:
+            scope[OUTSIDE] = None  # run once; the response holds what it needs
+            await stream.run(scope, receive, send)

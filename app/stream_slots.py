@@ -15,7 +15,8 @@ from app.errors import Problem
 
 
 class Lease:
-    """One open stream's slot; releasing twice is harmless (finally + finalizer)."""
+    """One open stream's slot; releasing twice is harmless (the response's
+    finally, and this object's end for a response that was never sent)."""
 
     __slots__ = ("_agent_id", "_slots", "released")
 
@@ -28,6 +29,10 @@ class Lease:
         if not self.released:
             self.released = True
             self._slots._release(self._agent_id)
+
+    # Not weakref.finalize on the response: a finalizer per stream is a registry
+    # entry, a weakref and an info object (~0.3 KB) for ten thousand idle streams.
+    __del__ = release
 
 
 class StreamSlots:

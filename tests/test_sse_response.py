@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 from collections.abc import AsyncIterator, Callable
 
 import asyncpg
@@ -67,6 +68,50 @@ async def test_a_client_that_leaves_ends_its_stream_at_once(migrated: Settings) 
             assert again.status_code == 200
 
 
+def _frames(coro: object) -> list[str]:
+    """``module:qualname`` of every frame a task's coroutine is suspended in, outermost first."""
+    out: list[str] = []
+    while coro is not None:
+        code = getattr(coro, "cr_code", None) or getattr(coro, "ag_code", None)
+        if code is None:  # a Future (or a C awaitable): the bottom of the chain
+            break
+        out.append(f"{code.co_filename}:{code.co_qualname}")
+        coro = getattr(coro, "cr_await", None) or getattr(coro, "ag_await", None)
+    return out
+
+
+async def test_an_open_stream_holds_no_frame_of_the_middleware_stack(
+        migrated: Settings) -> None:
+    """StreamsOutside (ADR 026): while a stream is open, none of Starlette's
+    middleware, exception or routing layers nor RequestMetrics is suspended
+    under it, and the request has been counted with its 200 already."""
+    settings = migrated.model_copy(update=QUIET)
+    route = 'route="GET /v1/mesh/inbox/stream",status="200"'
+
+    async def counted() -> float:
+        text = (await mesh.http.get("/metrics")).text
+        return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                   if line.startswith("agent_mesh_http_requests_total{") and route in line)
+
+    async with serve_app(settings) as url, MeshFactory.connect(url) as mesh:
+        _, b = await mesh.pair()
+        before = await counted()
+        async with raw_stream(url, b.headers) as (reader, _):
+            assert (await reader.readline()).startswith(b"HTTP/1.1 200")
+
+            def open_streams() -> list[list[str]]:
+                chains = [_frames(t.get_coro()) for t in asyncio.all_tasks()]
+                return [c for c in chains if any("EventStreamResponse.run" in f for f in c)]
+
+            await until(lambda: bool(open_streams()))
+            [frames] = open_streams()
+            held = [f for f in frames if any(part in f for part in (
+                "starlette/middleware/", "starlette/routing.py", "starlette/_exception_handler",
+                "app/middleware.py"))]
+            assert not held, frames
+            assert await counted() == before + 1  # counted as it started, not at its end
+
+
 async def test_head_sends_the_headers_and_holds_no_stream(migrated: Settings) -> None:
     settings = migrated.model_copy(update=QUIET)
     async with serve_app(settings) as url, MeshFactory.connect(url) as mesh:
@@ -123,3 +168,16 @@ async def test_one_recheck_brings_an_event_no_notice_announced(
     await items.aclose()
     assert len(recheck._streams) == 0
     assert recheck._task is None  # the timer went with its last stream
+
+
+async def test_the_web_process_applies_its_collector_thresholds(migrated: Settings) -> None:
+    """MESH_WEB_GC_THRESHOLD (ADR 026) is what the serving process runs with."""
+    before = gc.get_threshold()
+    wanted = (before[0] + 1234, 7, 89)
+    try:
+        async with serve_app(migrated.model_copy(update={"web_gc_threshold": wanted})) as url:
+            async with MeshFactory.connect(url) as mesh:
+                assert (await mesh.http.get("/healthz")).status_code == 200
+            assert gc.get_threshold() == wanted
+    finally:
+        gc.set_threshold(*before)

@@ -10,8 +10,6 @@ request's own coroutine (no task per stream, ADR 023).
 
 from __future__ import annotations
 
-import weakref
-
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -67,8 +65,6 @@ async def stream(request: Request) -> Response:
     response = EventStreamResponse(inbox_stream.items, frame, stop=inbox_stream.stop,
                                    on_close=lease.release if lease is not None else None,
                                    headers={"Cache-Control": "no-cache"})
-    if lease is not None:
-        weakref.finalize(response, lease.release)  # a response that is never sent
     return response
 
 
