@@ -100,6 +100,15 @@ def reach_notice() -> str:
     return f"{REACH_AGENT} {REACH_CHANGED}"
 
 
+# --- the cache epoch (ADR 020, follow-up) -------------------------------------------
+# A notice reaches another process a moment after it is published; a request there
+# in that moment would still be served from the cache. So every credential or reach
+# change first INCRs this counter (in the same pipeline as its notice), and the
+# rate-limit script, which every authenticated request runs anyway, returns it: a
+# process that sees it move drops its caches before trusting them for that request.
+CACHE_EPOCH_KEY = "mesh:cache-epoch"
+
+
 # --- commit notices (issue 13 item 4, ADR 021) ------------------------------------------
 # After a write commits, the web process that made it PUBLISHes ``"{agent_id} commit"``
 # on NOTIFY_CHANNEL for each recipient, before the relay and the push worker have

@@ -29,7 +29,14 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from app.background import cancel
-from app.delivery import NOTIFY_CHANNEL, Notice, auth_notice, commit_notice, parse_notice
+from app.delivery import (
+    CACHE_EPOCH_KEY,
+    NOTIFY_CHANNEL,
+    Notice,
+    auth_notice,
+    commit_notice,
+    parse_notice,
+)
 from app.retry import Backoff
 
 log = logging.getLogger("mesh.hub")
@@ -40,9 +47,18 @@ async def publish_auth_change(redis: aioredis.Redis, agent_id: str) -> None:
     the agent deleted): its open streams re-check them now and end if invalid.
     Best effort — open streams also re-check on their own every few minutes."""
     try:
-        await redis.publish(NOTIFY_CHANNEL, auth_notice(agent_id))
+        await publish_cache_change(redis, auth_notice(agent_id))
     except (RedisError, OSError) as exc:
         log.warning("could not publish the credential change of %s: %s", agent_id, exc)
+
+
+async def publish_cache_change(redis: aioredis.Redis, notice: str) -> None:
+    """Move the cache epoch, then publish ``notice``: one round trip, in that order
+    (see app.delivery.CACHE_EPOCH_KEY)."""
+    async with redis.pipeline(transaction=False) as pipe:
+        pipe.incr(CACHE_EPOCH_KEY)
+        pipe.publish(NOTIFY_CHANNEL, notice)
+        await pipe.execute()
 
 
 # What a waiter reads: Postgres (woken by commit notices too) or the Redis stream.

@@ -30,6 +30,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 from starlette.responses import Response
 
+from app.delivery import CACHE_EPOCH_KEY
 from app.errors import Problem, problem_response
 from app.metrics import RATELIMIT_REJECTED
 from app.settings import Settings
@@ -41,7 +42,11 @@ KEY_PREFIX = "mesh:rl:"
 # KEYS[1] bucket hash {tokens, ts}; ARGV[1] rate (tokens/s), ARGV[2] burst,
 # ARGV[3] cost (default 1; 0 = only look, nothing is written: app.auth_throttle
 # peeks at failure buckets before spending a password hash).
-# Returns {allowed 0|1, retry_after_us, floor(tokens left), server_time_us}.
+# KEYS[2], optional: the cache epoch (app.delivery.CACHE_EPOCH_KEY), returned as
+# read so a web process learns in this same round trip that a credential or reach
+# change happened (ADR 020). NB: a second key; on a Redis Cluster both would need
+# one hash slot.
+# Returns {allowed 0|1, retry_after_us, floor(tokens left), server_time_us, epoch}.
 # Numbers leave Lua as integers only (Redis truncates Lua floats in replies),
 # hence microseconds. A missing key is a full bucket, so the key may expire as
 # soon as it would have refilled: PEXPIRE = time to refill + 1 s margin.
@@ -74,7 +79,9 @@ if cost > 0 then
   redis.call('HSET', KEYS[1], 'tokens', tokens, 'ts', now)
   redis.call('PEXPIRE', KEYS[1], math.ceil((burst - tokens) * 1000 / rate) + 1000)
 end
-return {allowed, retry_us, math.floor(tokens), now}
+local epoch = 0
+if KEYS[2] then epoch = tonumber(redis.call('GET', KEYS[2]) or '0') end
+return {allowed, retry_us, math.floor(tokens), now, epoch}
 """
 
 # Fail-open warnings are repeated at most this often per limiter.
@@ -95,6 +102,8 @@ class Decision:
     server_time: float = 0.0
     # True when Redis was unreachable and the request was let through unchecked.
     fail_open: bool = False
+    # The cache epoch read with the bucket (app.delivery.CACHE_EPOCH_KEY); -1: unknown.
+    epoch: int = -1
 
 
 def route_key(method: str, path_template: str) -> str:
@@ -137,15 +146,15 @@ class RateLimiter:
             return Decision(True, 0.0, burst, burst, rate)
         try:
             async with asyncio.timeout(self.timeout):
-                raw = await self._script(keys=[KEY_PREFIX + agent_id + suffix],
+                raw = await self._script(keys=[KEY_PREFIX + agent_id + suffix, CACHE_EPOCH_KEY],
                                          args=[repr(rate), burst])
         except (RedisError, OSError, TimeoutError) as exc:
             self._warn_fail_open(exc)
             return Decision(True, 0.0, burst, burst, rate, fail_open=True)
-        allowed, retry_us, remaining, now_us = (int(v) for v in raw)
+        allowed, retry_us, remaining, now_us, epoch = (int(v) for v in raw)
         decision = Decision(
             allowed=bool(allowed), retry_after=retry_us / 1e6, remaining=remaining,
-            limit=burst, rate=rate, server_time=now_us / 1e6,
+            limit=burst, rate=rate, server_time=now_us / 1e6, epoch=epoch,
         )
         if not decision.allowed:
             RATELIMIT_REJECTED.inc()

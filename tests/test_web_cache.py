@@ -141,3 +141,47 @@ async def test_a_redis_reconnect_drops_the_cache(
             assert time.monotonic() < deadline, "the hubs did not resubscribe"
             await asyncio.sleep(0.05)
         problem(await there.get("/v1/mesh/me"), 401, "revoked")
+
+
+@pytest.mark.parametrize("limited", [True, False], ids=["rate-limited", "no-limiter"])
+async def test_a_change_whose_notice_has_not_arrived_is_seen_through_the_epoch(
+        limited: bool, migrated: Settings, db: asyncpg.Pool,
+        redis_client: aioredis.Redis) -> None:
+    """The moment between a notice being published and the other process reading
+    it: made permanent here by revoking in Postgres and moving only the cache
+    epoch, with no notice at all. The other process learns of the change from the
+    epoch its rate-limit call reads (or, with no limiter, a read of its own), and
+    asks Postgres again (ADR 020)."""
+    from app.delivery import CACHE_EPOCH_KEY
+
+    limits = {"ratelimit_enabled": True, "ratelimit_rate": 10_000.0,
+              "ratelimit_burst": 10_000} if limited else {}
+    webs = [MeshProcess("web", migrated, web_cache_ttl_seconds=3600, **limits)
+            for _ in range(2)]
+    try:
+        await asyncio.gather(*(w.start() for w in webs))
+        await _stale_until_the_epoch_moves(webs[0], webs[1], db, redis_client, CACHE_EPOCH_KEY)
+    finally:
+        for w in webs:
+            w.stop_quietly()
+
+
+async def _stale_until_the_epoch_moves(one: MeshProcess, other: MeshProcess, db: asyncpg.Pool,
+                                       redis_client: aioredis.Redis, epoch_key: str) -> None:
+    async with MeshFactory.connect(one.url) as mesh, \
+            httpx.AsyncClient(base_url=other.url, timeout=30) as http:
+        owner = await mesh.owner()
+        agent = await owner.agent("fenced")
+        a, b = await mesh.pair()
+        there, a_there = on(agent, http), on(a, http)
+        for _ in range(2):  # both facts are now served from the other process's memory
+            assert (await there.get("/v1/mesh/me")).status_code == 200
+            await a_there.send(b.agent_id, "hello")
+        await db.execute("UPDATE api_keys SET revoked_at = now() WHERE key_id = $1", agent.key_id)
+        await db.execute("DELETE FROM friendships WHERE (agent_a = $1 AND agent_b = $2) "
+                         "OR (agent_a = $2 AND agent_b = $1)", a.agent_id, b.agent_id)
+        assert (await there.get("/v1/mesh/me")).status_code == 200  # stale: no epoch moved
+        await redis_client.incr(epoch_key)
+        problem(await there.get("/v1/mesh/me"), 401, "revoked")
+        body = {"to_agent_id": b.agent_id, "message": {"parts": [{"kind": "text", "text": "x"}]}}
+        problem(await a_there.post("/v1/mesh/tasks", body), 403, "neither friends")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -10,10 +11,12 @@ from typing import Any, TypeVar
 import asyncpg
 import redis.asyncio as aioredis
 from pydantic import BaseModel, ValidationError
+from redis.exceptions import RedisError
 from starlette.requests import Request
 from starlette.responses import Response
 
 from app import fastjson, ratelimit
+from app.delivery import CACHE_EPOCH_KEY
 from app.errors import (
     Problem,
     bad_request,
@@ -64,6 +67,23 @@ class State:
     reach: ReachCache | None = None
     # The writer that puts concurrent task creates in one statement (ADR 028).
     creates: CreateBatcher | None = None
+
+    # The highest cache epoch this process has seen (app.delivery.CACHE_EPOCH_KEY).
+    cache_epoch: int = 0
+
+    def caches_current(self, epoch: int) -> bool:
+        """Whether the caches may be trusted at ``epoch`` (read from Redis with the
+        rate-limit bucket). A higher epoch than seen so far means a credential or
+        reach change happened, maybe before its notice got here: both caches are
+        dropped (the notice, when it comes, drops nothing more), and False."""
+        if epoch <= self.cache_epoch:
+            return True
+        self.cache_epoch = epoch
+        if self.principals is not None:
+            self.principals.reset()
+        if self.reach is not None:
+            self.reach.reset()
+        return False
 
     async def auth_changed(self, agent_id: str) -> None:
         """An agent's credentials changed (committed): forget them here, tell every
@@ -192,18 +212,38 @@ async def principal(request: Request) -> Owner | Agent:
         s = state(request)
         cached = await accounts.resolve(s.pool, s.settings, bearer(request), cache=s.principals)
         request.scope["mesh.principal"] = cached
-        if s.ratelimiter is not None:
-            await _rate_limit(request, s, cached)
+        if s.ratelimiter is not None:  # its script reads the epoch in the same round trip
+            epoch = (await _rate_limit(request, s, cached)).epoch
+        else:
+            epoch = await _cache_epoch(s)
+        if not s.caches_current(epoch):
+            # A change committed elsewhere whose notice this process has not read
+            # yet: what the cache said is asked again (ADR 020).
+            cached = await accounts.resolve(s.pool, s.settings, bearer(request),
+                                            cache=s.principals)
+            request.scope["mesh.principal"] = cached
     return cached  # type: ignore[no-any-return]
 
 
-async def _rate_limit(request: Request, s: State, who: Owner | Agent) -> None:
+async def _cache_epoch(s: State) -> int:
+    """The cache epoch, read on its own (no rate limiter runs); -1 when there is no
+    cache to check or Redis does not answer (the notices still drop entries)."""
+    if s.principals is None and s.reach is None:
+        return -1
+    try:
+        async with asyncio.timeout(1.0):
+            return int(await s.redis.get(CACHE_EPOCH_KEY) or 0)
+    except (RedisError, OSError, TimeoutError, ValueError):
+        return -1
+
+
+async def _rate_limit(request: Request, s: State, who: Owner | Agent) -> ratelimit.Decision:
     """One token per authenticated request, from the caller's bucket (per-route
     overrides by route template). Several web processes share the bucket in Redis."""
     route = request.scope.get("route")
     template = getattr(route, "path", request.url.path)
     key = who.agent_id if isinstance(who, Agent) else f"owner:{who.user_id}"
-    await ratelimit.require(s.ratelimiter, key, request.method, template)
+    return await ratelimit.require(s.ratelimiter, key, request.method, template)
 
 
 async def owner(request: Request) -> Owner:

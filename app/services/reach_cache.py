@@ -20,8 +20,9 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from app.cache import BoundedCache
-from app.delivery import NOTIFY_CHANNEL, Notice, reach_notice
+from app.delivery import Notice, reach_notice
 from app.domain.permissions import Relationship
+from app.inbox_hub import publish_cache_change
 
 log = logging.getLogger("mesh.cache")
 
@@ -33,7 +34,7 @@ async def publish_reach_change(redis: aioredis.Redis) -> None:
     """Tell every web process to drop its cached relationships. Best effort: a lost
     notice is bounded by the cache's TTL, and a resubscribe drops everything."""
     try:
-        await redis.publish(NOTIFY_CHANNEL, reach_notice())
+        await publish_cache_change(redis, reach_notice())
     except (RedisError, OSError) as exc:
         log.warning("could not publish a reach change: %s", exc)
 
