@@ -32,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterable, Sequence
+from datetime import datetime
 from typing import Any, Protocol
 
 import asyncpg
@@ -81,6 +82,19 @@ class Writes:
         self._wrote(t.event.agent_id for t, seq in zip(tasks, seqs, strict=True)
                     if seq is not None)
         return seqs
+
+    async def add_message(self, event: NewEvent, *, message_id: str, role: str,
+                          parts: list[dict[str, Any]], metadata: dict[str, Any] | None,
+                          content_hash: str, created_at: datetime) -> int | None:
+        """``tasks_store.append_message_with_event`` (see there): a message on an
+        open task and ``event`` for its recipient. Returns the event's seq, None if
+        nothing was written."""
+        seq = await tasks_store.append_message_with_event(
+            self.conn, event, message_id=message_id, role=role, parts=parts, metadata=metadata,
+            content_hash=content_hash, created_at=created_at, topic=self._topic())
+        if seq is not None:
+            self._wrote([event.agent_id])
+        return seq
 
     def _topic(self) -> str:
         if self.topic is None:

@@ -1,6 +1,6 @@
-"""A task's create is one statement (ADR 028): the task, its first message, the
-serving agent's inbox event and its outbox row are written together or not at
-all — a taken id or a recipient deleted after the reach check leaves no row, no
+"""A task's create and a message on a task are one statement each (ADR 028): the
+task, its first message, the serving agent's inbox event and its outbox row are
+written together or not at all — a taken id or a recipient deleted after the reach check leaves no row, no
 seq gap and no outbox row behind. Driven at the service, against the real
 Postgres of the test stack."""
 
@@ -109,3 +109,73 @@ async def test_a_recipient_deleted_after_the_reach_check_gets_nothing(
                              "AND parts->0->>'text' = 'two'", a.agent_id) == 0
     assert await db.fetchval("SELECT count(*) FROM outbox_events WHERE key = $1",
                              b.agent_id) == outbox_before
+
+
+async def _until_waiting_on_a_lock(db: asyncpg.Pool, holder_pid: int) -> None:
+    """Until some backend waits on a lock that ``holder_pid`` holds."""
+    import asyncio
+
+    deadline = asyncio.get_running_loop().time() + 60
+    while not await db.fetchval(
+            "SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))",
+            holder_pid):
+        assert asyncio.get_running_loop().time() < deadline, "nothing waited on the lock"
+        await asyncio.sleep(0.01)
+
+
+async def test_a_message_racing_a_close_is_refused_and_writes_nothing(
+        mesh: MeshFactory, migrated: Settings, db: asyncpg.Pool) -> None:
+    """The message is read against an open task, then the task closes before its
+    one statement runs: the statement's lock and re-check refuse it (409), with no
+    row, no seq and no outbox row written."""
+    import asyncio
+
+    from app.schemas import MessageIn
+
+    a, b = await mesh.pair()
+    me = await accounts.resolve(db, migrated, a.token)
+    task, _ = await tasks_service.create_task(db, migrated, me, _create(b.agent_id, "open"))
+    before = await _written(db, b.agent_id)
+    async with db.acquire() as holder:
+        tx = holder.transaction()
+        await tx.start()
+        await holder.execute("SELECT 1 FROM tasks WHERE task_id = $1 FOR UPDATE", task.task_id)
+        sending = asyncio.ensure_future(tasks_service.append_message(
+            db, migrated, me, task.task_id,
+            MessageIn.model_validate({"parts": [{"kind": "text", "text": "late"}]})))
+        await _until_waiting_on_a_lock(db, holder.get_server_pid())
+        await holder.execute("UPDATE tasks SET state = 'canceled' WHERE task_id = $1",
+                             task.task_id)
+        await tx.commit()
+    with pytest.raises(Problem) as refused:
+        await sending
+    assert refused.value.status == 409 and "terminal" in refused.value.detail
+    assert await _written(db, b.agent_id) == before
+    assert await db.fetchval("SELECT count(*) FROM task_messages WHERE task_id = $1",
+                             task.task_id) == 1
+
+
+async def test_a_message_records_its_seq_and_moves_the_task(
+        mesh: MeshFactory, migrated: Settings, db: asyncpg.Pool) -> None:
+    from app.schemas import MessageIn
+
+    a, b = await mesh.pair()
+    me = await accounts.resolve(db, migrated, a.token)
+    them = await accounts.resolve(db, migrated, b.token)
+    task, _ = await tasks_service.create_task(db, migrated, me, _create(b.agent_id, "hi"))
+    touched_before = await db.fetchval("SELECT updated_at FROM tasks WHERE task_id = $1",
+                                       task.task_id)
+    reply, created = await tasks_service.append_message(
+        db, migrated, them, task.task_id,
+        MessageIn.model_validate({"parts": [{"kind": "text", "text": "reply"}]}))
+    assert created and reply.role == "agent" and reply.recipient == a.agent_id
+    stored = await db.fetchrow("SELECT * FROM task_messages WHERE sender = $1 AND message_id = $2",
+                               b.agent_id, reply.message_id)
+    event = await db.fetchrow("SELECT * FROM inbox_events WHERE agent_id = $1 AND seq = $2",
+                              a.agent_id, stored["inbox_seq"])
+    assert event["type"] == "task.message" and event["task_id"] == task.task_id
+    assert event["payload"]["message"]["parts"] == stored["parts"] == [
+        {"kind": "text", "text": "reply"}]
+    assert stored["created_at"] == reply.created_at
+    assert await db.fetchval("SELECT updated_at FROM tasks WHERE task_id = $1",
+                             task.task_id) > touched_before

@@ -224,27 +224,49 @@ def decode_cursor(cursor: str) -> tuple[datetime, str]:
 async def append_message(pool: asyncpg.Pool, settings: Settings, me: Agent, task_id: str,
                          body: MessageIn, *,
                          wakeup: Wakeup | None = None) -> tuple[MessageOut, bool]:
+    """Two round trips (ADR 028): read the task (with a retry's stored message and
+    Postgres's clock), then ONE statement that locks the task, re-checks it is
+    open and writes the message, its event and the task's updated_at."""
     message_id = body.message_id or ids.new_message_id(me.agent_id)
     parts = dump_parts(body.parts)
     fingerprint = content_hash(op="message", sender=me.agent_id, task_id=task_id,
                                parts=parts, metadata=body.metadata)
+    task, existing, now = await tasks_store.get_with_message(pool, task_id, me.agent_id,
+                                                             message_id)
+    _check_participant(task, me.agent_id, task_id)
+    assert task is not None and now is not None
+    if existing is not None:
+        return _replayed(_replay_message(existing, fingerprint, me.agent_id))
+    task_states.check_accepts_messages(task["state"])
+    recipient = _other(me.agent_id, task)
+    out = MessageOut(message_id=message_id, task_id=task_id, context_id=task["context_id"],
+                     role=_role(me.agent_id, task), sender=me.agent_id, recipient=recipient,
+                     parts=parts, metadata=body.metadata, created_at=now)
+    event = NewEvent(agent_id=recipient, type="task.message", task_id=task_id,
+                     context_id=task["context_id"], from_agent_id=me.agent_id,
+                     payload={"message": out.wire()})
     try:
-        async with writes(pool, topic=settings.bus_topic, wakeup=wakeup) as tx:
-            # The row lock orders this message against concurrent transitions, so a
-            # message never lands on a task that just became terminal. A retry's
-            # message comes with it (one round trip).
-            task, existing = await tasks_store.get_for_message(tx.conn, task_id, me.agent_id,
-                                                               message_id)
-            _check_participant(task, me.agent_id, task_id)
-            assert task is not None
-            if existing is not None:
-                raise _replay_message(existing, fingerprint, me.agent_id)
-            task_states.check_accepts_messages(task["state"])
-            row = await _insert_message(tx, me, task, message_id, parts, body.metadata,
-                                        fingerprint, touch_task=True)
-            return MessageOut.of(row), True
-    except Replay as replay:
-        return replay.result, False  # type: ignore[return-value]
+        async with writes(pool, topic=settings.bus_topic, wakeup=wakeup,
+                          one_statement=True) as tx:
+            seq = await tx.add_message(event, message_id=message_id, role=out.role, parts=parts,
+                                       metadata=body.metadata, content_hash=fingerprint,
+                                       created_at=now)
+    except asyncpg.UniqueViolationError:  # a concurrent try with this message_id won
+        stored = await tasks_store.get_message(pool, me.agent_id, message_id)
+        assert stored is not None
+        return _replayed(_replay_message(stored, fingerprint, me.agent_id))
+    if seq is None:  # the task closed since it was read, or the other side is gone
+        current = await tasks_store.get(pool, task_id)
+        if current is not None:
+            task_states.check_accepts_messages(current["state"])
+        raise not_found(f"agent '{recipient}' no longer exists; nothing can be sent to it")
+    return out, True
+
+
+def _replayed(outcome: Exception) -> tuple[MessageOut, bool]:
+    if isinstance(outcome, Replay):
+        return outcome.result, False  # type: ignore[return-value]
+    raise outcome
 
 
 def _replay_message(existing: asyncpg.Record | dict[str, Any], fingerprint: str,
@@ -256,25 +278,17 @@ def _replay_message(existing: asyncpg.Record | dict[str, Any], fingerprint: str,
 
 async def _insert_message(tx: Writes, me: Agent, task: asyncpg.Record, message_id: str,
                           parts: list[dict[str, Any]], metadata: dict[str, Any] | None,
-                          fingerprint: str, *, emit: bool = True,
-                          touch_task: bool = False) -> asyncpg.Record:
-    """Store a message from ``me`` to the other side; ``emit`` sends it as a
-    ``task.message`` (a status change carries it in its ``task.status`` instead);
-    ``touch_task`` moves the task's updated_at in the same statement."""
-    recipient = _other(me.agent_id, task)
+                          fingerprint: str) -> asyncpg.Record:
+    """Store a message from ``me`` to the other side that a status change carries in
+    its ``task.status`` (a plain message is :func:`append_message`'s one statement)."""
     row = await tasks_store.insert_message(
         tx.conn, message_id=message_id, task_id=task["task_id"], context_id=task["context_id"],
-        sender=me.agent_id, recipient=recipient, role=_role(me.agent_id, task), parts=parts,
-        metadata=metadata, content_hash=fingerprint, touch_task=touch_task)
+        sender=me.agent_id, recipient=_other(me.agent_id, task), role=_role(me.agent_id, task),
+        parts=parts, metadata=metadata, content_hash=fingerprint)
     if row is None:  # a concurrent request with the same message_id won the insert
         existing = await tasks_store.get_message(tx.conn, me.agent_id, message_id)
         assert existing is not None
         raise _replay_message(existing, fingerprint, me.agent_id)
-    if emit:
-        await _emit(tx, NewEvent(
-            agent_id=recipient, type="task.message", task_id=task["task_id"],
-            context_id=task["context_id"], from_agent_id=me.agent_id,
-            payload={"message": MessageOut.of(row).wire()}), message_id=message_id)
     return row
 
 
@@ -312,7 +326,7 @@ async def change_status(pool: asyncpg.Pool, settings: Settings, me: Agent, task_
                     raise message_id_reused(message_id)
                 try:
                     row = await _insert_message(tx, me, task, message_id, parts,
-                                                body.message.metadata, fingerprint, emit=False)
+                                                body.message.metadata, fingerprint)
                 except Replay:  # a concurrent try of this change stored the message first
                     raise await _lost_race(tx.conn, me, task, body.state, message_id,
                                            fingerprint) from None

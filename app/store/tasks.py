@@ -110,17 +110,57 @@ async def create_with_events(conn: asyncpg.Connection, tasks: Sequence[NewTask],
     return [seqs.get(e.event_id) for e in events]
 
 
-async def get_for_message(conn: Conn, task_id: str, sender: str,
-                          message_id: str) -> tuple[asyncpg.Record | None, dict[str, Any] | None]:
-    """The task, locked for an appended message, and the message ``sender`` may
-    already have stored under ``message_id`` (a retry), in one round trip."""
+_APPEND_MESSAGE_SQL = f"""
+WITH t AS (
+    -- Locked, as a transition locks it: a message never lands on a task that
+    -- became terminal since the caller read it.
+    SELECT task_id FROM tasks WHERE task_id = $2::text AND state IN ({_OPEN_LIST}) FOR UPDATE
+), {events_store.bump_many("SELECT $5::text WHERE EXISTS (SELECT 1 FROM t)")},
+m AS (
+    INSERT INTO task_messages ({_MESSAGE_WRITTEN}, inbox_seq, created_at)
+    SELECT $1::text, $2::text, $3::text, $4::text, $5::text, $6::text, $7::jsonb, $8::jsonb,
+           $9::text, b.inbox_seq, $10::timestamptz
+    FROM bumped b
+    RETURNING message_id
+), touched AS (
+    UPDATE tasks SET updated_at = now() WHERE task_id = $2::text AND EXISTS (SELECT 1 FROM m)
+), {events_store.event_tail(
+    "SELECT b.agent_id, b.inbox_seq, $11::text, $12::text, $2::text, $3::text, $4::text, "
+    "$13::jsonb FROM bumped b, m", topic="$14::text")}
+SELECT seq FROM ins
+"""
+
+
+async def append_message_with_event(
+        conn: asyncpg.Connection, event: events_store.NewEvent, *, message_id: str, role: str,
+        parts: list[dict[str, Any]], metadata: dict[str, Any] | None, content_hash: str,
+        created_at: datetime, topic: str) -> int | None:
+    """A message on an open task (``event``'s task_id and context_id, from its
+    from_agent_id to its agent_id), that inbox event and its outbox row, and the
+    task's updated_at: ONE statement (ADR 028). Returns the event's seq; None when
+    nothing was written — the task is no longer open, or the recipient no longer
+    exists (the caller reads which). A (sender, message_id) that is taken raises
+    ``asyncpg.UniqueViolationError`` and nothing is written."""
+    return await conn.fetchval(
+        _APPEND_MESSAGE_SQL, message_id, event.task_id, event.context_id, event.from_agent_id,
+        event.agent_id, role, parts, metadata, content_hash, created_at,
+        event.event_id, event.type, event.payload, topic)
+
+
+async def get_with_message(conn: Conn, task_id: str, sender: str,
+                           message_id: str) -> tuple[asyncpg.Record | None, dict[str, Any] | None,
+                                                     datetime | None]:
+    """The task, the message ``sender`` may already have stored under
+    ``message_id`` (a retry), and Postgres's clock now — in one round trip, no lock
+    (the write that follows locks and re-checks)."""
     row = await conn.fetchrow(
-        f"SELECT {', '.join(f't.{c}' for c in TASK_COLUMNS.split(', '))}, {_PREFIXED_MESSAGE} "
+        f"SELECT {', '.join(f't.{c}' for c in TASK_COLUMNS.split(', '))}, {_PREFIXED_MESSAGE}, "
+        f"clock_timestamp() AS now "
         f"FROM tasks t LEFT JOIN task_messages m ON m.sender = $2 AND m.message_id = $3 "
-        f"WHERE t.task_id = $1 FOR UPDATE OF t", task_id, sender, message_id)
+        f"WHERE t.task_id = $1", task_id, sender, message_id)
     if row is None:
-        return None, None
-    return row, _split_message(row)
+        return None, None, None
+    return row, _split_message(row), row["now"]
 
 
 async def get(conn: Conn, task_id: str, *, for_update: bool = False) -> asyncpg.Record | None:
@@ -151,18 +191,13 @@ async def compare_and_set_state(conn: Conn, task_id: str, expected: str, new: st
 
 async def insert_message(conn: Conn, *, message_id: str, task_id: str, context_id: str,
                          sender: str, recipient: str, role: str, parts: list[dict[str, Any]],
-                         metadata: dict[str, Any] | None, content_hash: str,
-                         touch_task: bool = False) -> asyncpg.Record | None:
-    """None when message_id exists already (the caller decides: retry or conflict).
-    ``touch_task``: the task's updated_at moves too, in the same statement."""
-    insert = (f"{_MESSAGE_INSERT} VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) "
-              f"ON CONFLICT (sender, message_id) DO NOTHING RETURNING {MESSAGE_COLUMNS}")
-    if touch_task:
-        insert = (f"WITH m AS ({insert}), touched AS (UPDATE tasks SET updated_at = now() "
-                  f"WHERE task_id = $2 AND EXISTS (SELECT 1 FROM m)) SELECT * FROM m")
+                         metadata: dict[str, Any] | None,
+                         content_hash: str) -> asyncpg.Record | None:
+    """None when message_id exists already (the caller decides: retry or conflict)."""
     return await conn.fetchrow(
-        insert, message_id, task_id, context_id, sender, recipient, role, parts, metadata,
-        content_hash)
+        f"{_MESSAGE_INSERT} VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) "
+        f"ON CONFLICT (sender, message_id) DO NOTHING RETURNING {MESSAGE_COLUMNS}",
+        message_id, task_id, context_id, sender, recipient, role, parts, metadata, content_hash)
 
 
 async def get_message(conn: Conn, sender: str, message_id: str) -> asyncpg.Record | None:
