@@ -62,14 +62,14 @@ async def test_creates_queued_behind_a_busy_slot_go_in_one_statement(
     async with db.acquire() as holder, holder.transaction():
         await holder.execute("SELECT 1 FROM agents WHERE agent_id = $1 FOR UPDATE", b.agent_id)
         head = send(_create(b.agent_id, "head"))  # takes the one slot, waits on the lock
-        await _until(lambda: creates.sizes == [1])
+        await _until(lambda: list(creates.sizes) == [1])
         goods = [send(_create(b.agent_id, f"good {i}")) for i in range(3)]
         reused = send(_create(b.agent_id, "other content", "m-batch-1"))
         retried = send(_create(b.agent_id, "stored", "m-batch-1"))
         await _until(lambda: creates.queued == 5)
     # The lock is gone: the head commits, the five queued go as one batch.
     results = await asyncio.gather(head, *goods, reused, retried, return_exceptions=True)
-    assert creates.sizes == [1, 5]
+    assert list(creates.sizes) == [1, 5]
     # The head, the batch (which the reused id aborts), then its five one by one.
     assert _statements() - statements_before == 1 + 1 + 5
 
@@ -111,7 +111,7 @@ async def test_a_batch_reaching_a_deleted_agent_writes_the_others(
         await holder.execute("SELECT 1 FROM agents WHERE agent_id = $1 FOR UPDATE", b.agent_id)
         head = asyncio.ensure_future(tasks_service.create_task(
             db, migrated, me, _create(b.agent_id, "head"), creates=creates))
-        await _until(lambda: creates.sizes == [1])
+        await _until(lambda: list(creates.sizes) == [1])
         to_b = asyncio.ensure_future(tasks_service.create_task(
             db, migrated, me, _create(b.agent_id, "to b"), creates=creates))
         to_c = asyncio.ensure_future(tasks_service.create_task(
@@ -120,7 +120,7 @@ async def test_a_batch_reaching_a_deleted_agent_writes_the_others(
         # c goes away after the reach check passed (its create is queued).
         await db.execute("DELETE FROM agents WHERE agent_id = $1", c.agent_id)
     results = await asyncio.gather(head, to_b, to_c, return_exceptions=True)
-    assert creates.sizes == [1, 2]
+    assert list(creates.sizes) == [1, 2]
     assert _statements() - statements_before == 2  # nothing failed: no create was retried
     assert results[0][1] and results[1][1]
     assert isinstance(results[2], Problem) and results[2].status == 404

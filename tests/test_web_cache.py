@@ -9,31 +9,39 @@ must have dropped it there (the TTL is an hour here, so only the notice can).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator
+from typing import Any
 
 import asyncpg
 import httpx
 import pytest
 import redis.asyncio as aioredis
 
-from app.delivery import NOTIFY_CHANNEL
+from app.delivery import CACHE_EPOCH_KEY, NOTIFY_CHANNEL
 from app.settings import Settings
 from tests.api_helpers import problem
 from tests.support.meshapi import AgentHandle, MeshFactory
 from tests.support.procs import MeshProcess
 
 
-@pytest.fixture
-async def two_webs(migrated: Settings) -> AsyncIterator[tuple[MeshProcess, MeshProcess]]:
-    webs = [MeshProcess("web", migrated, web_cache_ttl_seconds=3600),
-            MeshProcess("web", migrated, web_cache_ttl_seconds=3600)]
+@contextlib.asynccontextmanager
+async def _webs(migrated: Settings, **extra: Any) -> AsyncIterator[tuple[MeshProcess, MeshProcess]]:
+    """Two real web processes whose caches outlive the test (TTL an hour)."""
+    webs = [MeshProcess("web", migrated, web_cache_ttl_seconds=3600, **extra) for _ in range(2)]
     try:
         await asyncio.gather(*(w.start() for w in webs))
         yield webs[0], webs[1]
     finally:
         for w in webs:
             w.stop_quietly()
+
+
+@pytest.fixture
+async def two_webs(migrated: Settings) -> AsyncIterator[tuple[MeshProcess, MeshProcess]]:
+    async with _webs(migrated) as webs:
+        yield webs
 
 
 def on(agent: AgentHandle, http: httpx.AsyncClient) -> AgentHandle:
@@ -152,23 +160,10 @@ async def test_a_change_whose_notice_has_not_arrived_is_seen_through_the_epoch(
     epoch, with no notice at all. The other process learns of the change from the
     epoch its rate-limit call reads (or, with no limiter, a read of its own), and
     asks Postgres again (ADR 020)."""
-    from app.delivery import CACHE_EPOCH_KEY
-
     limits = {"ratelimit_enabled": True, "ratelimit_rate": 10_000.0,
               "ratelimit_burst": 10_000} if limited else {}
-    webs = [MeshProcess("web", migrated, web_cache_ttl_seconds=3600, **limits)
-            for _ in range(2)]
-    try:
-        await asyncio.gather(*(w.start() for w in webs))
-        await _stale_until_the_epoch_moves(webs[0], webs[1], db, redis_client, CACHE_EPOCH_KEY)
-    finally:
-        for w in webs:
-            w.stop_quietly()
-
-
-async def _stale_until_the_epoch_moves(one: MeshProcess, other: MeshProcess, db: asyncpg.Pool,
-                                       redis_client: aioredis.Redis, epoch_key: str) -> None:
-    async with MeshFactory.connect(one.url) as mesh, \
+    async with _webs(migrated, **limits) as (one, other), \
+            MeshFactory.connect(one.url) as mesh, \
             httpx.AsyncClient(base_url=other.url, timeout=30) as http:
         owner = await mesh.owner()
         agent = await owner.agent("fenced")
@@ -181,7 +176,7 @@ async def _stale_until_the_epoch_moves(one: MeshProcess, other: MeshProcess, db:
         await db.execute("DELETE FROM friendships WHERE (agent_a = $1 AND agent_b = $2) "
                          "OR (agent_a = $2 AND agent_b = $1)", a.agent_id, b.agent_id)
         assert (await there.get("/v1/mesh/me")).status_code == 200  # stale: no epoch moved
-        await redis_client.incr(epoch_key)
+        await redis_client.incr(CACHE_EPOCH_KEY)
         problem(await there.get("/v1/mesh/me"), 401, "revoked")
         body = {"to_agent_id": b.agent_id, "message": {"parts": [{"kind": "text", "text": "x"}]}}
         problem(await a_there.post("/v1/mesh/tasks", body), 403, "neither friends")

@@ -27,7 +27,7 @@ from app import delivery, event_wire
 from app.metrics import DEDUP_HITS, PUSH_WRITTEN
 from app.retry import Backoff, retry
 from app.settings import Settings
-from workers import process, runtime
+from workers import runtime
 from workers.bus import Delivery, Subscriber
 
 log = logging.getLogger("mesh.push")
@@ -180,7 +180,6 @@ async def build(rt: runtime.Runtime) -> Push:
 
 
 def main() -> None:
-    process.use_fast_event_loop()
     runtime.main(build, "push")
 
 

@@ -32,7 +32,7 @@ from app.retry import Backoff, Schedule
 from app.settings import Settings
 from app.store import outbox as outbox_store
 from app.store.events import WAKEUP_CHANNEL
-from workers import process, runtime
+from workers import runtime
 from workers.bus import Publisher, PublishError, RecordRejected
 
 log = logging.getLogger("mesh.relay")
@@ -299,7 +299,6 @@ async def build(rt: runtime.Runtime) -> Relay:
 
 
 def main() -> None:
-    process.use_fast_event_loop()
     runtime.main(build, "outbox")
 
 

@@ -44,7 +44,7 @@ from workers.bus import (
     create_publisher,
     create_subscriber,
 )
-from workers.process import setup_process
+from workers.process import setup_process, use_fast_event_loop
 
 log = logging.getLogger("mesh.worker")
 
@@ -203,4 +203,5 @@ async def _run(build: Build[W], process: str, settings: Settings, stop: asyncio.
 
 def main(build: Build[W], process: str) -> None:
     """The ``python -m workers.<name>`` entry point."""
+    use_fast_event_loop()
     asyncio.run(serve(build, process))

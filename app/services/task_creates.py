@@ -15,6 +15,7 @@ only that create's caller must see the conflict.
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from collections.abc import Sequence
 
 import asyncpg
@@ -44,7 +45,7 @@ class CreateBatcher:
         self._queue: list[tuple[NewTask, asyncio.Future[int | None]]] = []
         self._writing = 0
         self._batches: set[asyncio.Task[None]] = set()
-        self.sizes: list[int] = []  # recent batch sizes, for tests and the bench
+        self.sizes: deque[int] = deque(maxlen=1000)  # the latest batches' sizes, for tests
 
     @property
     def queued(self) -> int:
@@ -66,8 +67,6 @@ class CreateBatcher:
             batch = self._queue[:self._max_batch]
             del self._queue[:self._max_batch]
             self._writing += 1
-            if len(self.sizes) >= 1000:
-                del self.sizes[:500]
             self.sizes.append(len(batch))
             job = asyncio.create_task(self._write(batch))
             self._batches.add(job)
@@ -75,20 +74,13 @@ class CreateBatcher:
 
     async def _write(self, batch: list[tuple[NewTask, asyncio.Future[int | None]]]) -> None:
         try:
-            try:
-                seqs = await write(self._pool, self._topic, self._wakeup, [t for t, _ in batch])
-            except Exception as exc:
-                if len(batch) == 1:
-                    _settle(batch[0][1], error=exc)
-                    return
-                for task, done in batch:
-                    try:
-                        (seq,) = await write(self._pool, self._topic, self._wakeup, [task])
-                    except Exception as alone:
-                        _settle(done, error=alone)
-                    else:
-                        _settle(done, seq)
-                return
+            seqs = await write(self._pool, self._topic, self._wakeup, [t for t, _ in batch])
+        except Exception as exc:
+            if len(batch) == 1:
+                _settle(batch[0][1], error=exc)
+            else:
+                await self._write_each(batch)
+        else:
             for (_, done), seq in zip(batch, seqs, strict=True):
                 _settle(done, seq)
         finally:
@@ -96,6 +88,16 @@ class CreateBatcher:
                 _settle(done, error=RuntimeError("the create was interrupted; retry it"))
             self._writing -= 1
             self._start()
+
+
+    async def _write_each(self, batch: list[tuple[NewTask, asyncio.Future[int | None]]]) -> None:
+        for task, done in batch:
+            try:
+                (seq,) = await write(self._pool, self._topic, self._wakeup, [task])
+            except Exception as alone:
+                _settle(done, error=alone)
+            else:
+                _settle(done, seq)
 
 
 def _settle(done: asyncio.Future[int | None], seq: int | None = None, *,

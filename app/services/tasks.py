@@ -103,14 +103,19 @@ async def create_task(pool: asyncpg.Pool, settings: Settings, me: Agent, body: T
     except asyncpg.UniqueViolationError as exc:
         taken = (task_id_unavailable(task_id)
                  if exc.constraint_name == tasks_store.TASK_ID_TAKEN else None)
-        replay = await _replay_create(pool, message_id, fingerprint, me.agent_id, taken)
-        if isinstance(replay, Replay):
-            return replay.result, False  # type: ignore[return-value]
-        raise replay from None
+        return _replayed(await _replay_create(pool, message_id, fingerprint, me.agent_id, taken))
     if seq is None:
         raise not_found(f"agent '{body.to_agent_id}' no longer exists; nothing can be sent "
                         "to it")
     return TaskWithMessage(**dict(task_out), message=message_out), True
+
+
+def _replayed(outcome: Exception) -> tuple[Any, bool]:
+    """A request that met stored data with its id: the stored result of a retry
+    (created=False), else the conflict is raised."""
+    if isinstance(outcome, Replay):
+        return outcome.result, False
+    raise outcome from None
 
 
 def task_id_unavailable(task_id: str) -> str:
@@ -261,12 +266,6 @@ async def append_message(pool: asyncpg.Pool, settings: Settings, me: Agent, task
             task_states.check_accepts_messages(current["state"])
         raise not_found(f"agent '{recipient}' no longer exists; nothing can be sent to it")
     return out, True
-
-
-def _replayed(outcome: Exception) -> tuple[MessageOut, bool]:
-    if isinstance(outcome, Replay):
-        return outcome.result, False  # type: ignore[return-value]
-    raise outcome
 
 
 def _replay_message(existing: asyncpg.Record | dict[str, Any], fingerprint: str,
