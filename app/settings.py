@@ -52,10 +52,11 @@ class Settings(BaseSettings):
     relay_batch_size: int = 500
     relay_sweep_seconds: float = 1.0
     relay_wakeup: bool = True
-    # Under load (wake-ups closer together than 10× this), wait this long after
-    # a wake-up before claiming, so one batch carries the commits of a few
-    # milliseconds instead of one each. An idle relay never waits. 0 disables.
-    relay_linger_ms: float = 2.0
+    # While commits arrive closer together than this (the gap between the last
+    # two wake-ups), wait this long after a wake-up before claiming, so one batch
+    # carries the next commit too instead of a claim, publish and mark each.
+    # Commits further apart never wait (ADR 029). 0 disables.
+    relay_linger_ms: float = 6.0
     relay_retry_base_seconds: float = 5.0
     relay_max_attempts: int = 10
     push_stream_maxlen: int = 10_000

@@ -17,6 +17,7 @@ from app.settings import Settings
 from app.store import outbox as outbox_store
 from devstack.process import free_port
 from devstack.redis import Redis as RedisServer
+from tests.support.isolated import bus_options, isolated_settings, outbox_counts, wait_until
 from workers import relay as relay_worker
 from workers.bus import BusOptions
 from workers.runtime import opened
@@ -173,3 +174,50 @@ async def test_kafka_batches_keep_the_default_partition_and_order_of_each_key(
         expected = DefaultPartitioner()(key.encode(), partitions, partitions)
         assert {p for p, _ in got[key]} == {expected}
         assert [i for _, i in got[key]] == [i for i, (k, _) in enumerate(records) if k == key]
+
+
+async def test_the_relay_lingers_only_while_commits_come_closer_than_the_linger(
+        migrated: Settings) -> None:
+    """ADR 029: a wake-up that follows the previous one by more than the linger is
+    relayed at once (at 20 msg/s, waiting would only add latency); one that follows
+    it closely waits, so the next commit shares its claim, publish and mark. The
+    commits' NOTIFYs are real; the relay's clock is the test's, so "far apart" does
+    not need the test to sleep."""
+    settings = await isolated_settings(migrated, relay_linger_ms=2000.0,
+                                       relay_sweep_seconds=3600.0)
+    now = [100.0]
+    pool = await create_pool(settings, min_size=1, max_size=4)
+    try:
+        async with opened(settings, bus_options=bus_options(settings)) as rt:
+            relay = relay_worker.Relay(settings, pool, await rt.publisher(),
+                                       clock=lambda: now[0])
+            await relay.start()
+
+            async def commit(n: int = 1) -> None:
+                async with pool.acquire() as conn, conn.transaction():
+                    await insert_rows(conn, settings.bus_topic, n, 1)
+                    await outbox_store.wake_relay(conn)
+
+            async def all_sent() -> bool:
+                counts = await outbox_counts(pool)
+                return counts["pending"] == 0 and counts["sent"] > 0
+
+            try:
+                for t in (100.0, 200.0, 300.0):  # a minute or more apart: never waits
+                    now[0] = t
+                    await commit()
+                    await wait_until(all_sent, "a lone commit relayed", timeout=20)
+                assert relay.lingers == 0
+                batches = relay.batches
+                now[0] = 300.5  # half a second after the last: within the 2 s linger
+                await commit()
+                await wait_until(lambda: relay.lingers == 1, "the relay lingering")
+                now[0] = 300.6
+                await commit()  # committed while it lingers: the same batch
+                await wait_until(all_sent, "both relayed", timeout=20)
+                assert relay.batches == batches + 1
+                assert (await outbox_counts(pool))["sent"] == 5
+            finally:
+                await relay.stop()
+    finally:
+        await pool.close()
