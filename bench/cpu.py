@@ -86,6 +86,10 @@ def machine_busy() -> tuple[float, float]:
     return t.user + t.system + t.nice + t.irq + t.softirq + t.steal, t.idle + t.iowait
 
 
+# The bench's own process in every meter: it drives the load, it is not the pipeline.
+LOAD_CLIENT = "load client"
+
+
 @dataclass(frozen=True)
 class Interval:
     wall: float
@@ -96,6 +100,11 @@ class Interval:
     @property
     def ours(self) -> float:
         return sum(u.cpu for u in self.usage.values())
+
+    @property
+    def pipeline(self) -> float:
+        """CPU seconds of the mesh processes and services: everything but the load client."""
+        return self.ours - (self.usage[LOAD_CLIENT].cpu if LOAD_CLIENT in self.usage else 0.0)
 
     @property
     def others(self) -> float:

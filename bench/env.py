@@ -26,7 +26,7 @@ import psutil
 from app.migrate import ensure_database, migrate
 from app.settings import Settings
 from bench.counters import PG_SETTINGS, tracking_off
-from bench.cpu import CpuMeter
+from bench.cpu import LOAD_CLIENT, CpuMeter
 from devstack.process import free_port
 from devstack.stack import Ports, Stack
 from tests.support.procs import REPO, MeshProcess
@@ -117,7 +117,7 @@ class Env:
                           ("kafka", self.stack.kafka), ("nats", self.stack.nats)):
             if svc is not None and svc.proc is not None:
                 parts[name] = (svc.proc.pid, True)
-        parts["load client"] = (os.getpid(), False)
+        parts[LOAD_CLIENT] = (os.getpid(), False)
         for name, pid in (extra or {}).items():
             parts[name] = (pid, True)
         return CpuMeter(parts)

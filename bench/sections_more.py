@@ -12,7 +12,7 @@ from bench.env import Env
 from bench.plan import Plan
 from bench.profile import Summary
 from bench.report import Section, verdict
-from bench.scenarios import latency, sends
+from bench.scenarios import floor, latency, sends
 from bench.scenarios import profile as profile_run
 from bench.sections import cpu_note, ms, procs_of
 from bench.stats import fmt, fmt_ratio
@@ -243,6 +243,48 @@ async def s_scaleout(env: Env, ctx: dict, plan: Plan) -> Section:  # type: ignor
     return sec
 
 
+# Per send, what the web process does besides answering the request (ADR 029): the
+# rate-limit script, the commit notice's publish and the SSE stream's read of the
+# agent's Redis stream; the create and the relay's NOTIFY on Postgres. (Two pubsub
+# messages received and the SSE write come on top and are not counted here.)
+WEB_HOPS = {"redis": 3, "postgres": 2}
+
+
+async def s_floor(env: Env, ctx: dict, plan: Plan) -> Section:  # type: ignore[type-arg]
+    sec = Section("1b. The floor: a lone request on the web's stack")
+    runs = await floor.run(env.settings.database_url, str(env.settings.redis_url),
+                           rate=plan.rate, seconds=plan.floor_seconds)
+    bare = runs["bare"].server_ms
+    rt = {"redis": runs["redis"].server_ms - bare,
+          "postgres": runs["postgres"].server_ms - bare}
+    sec.row(f"CPU per lone request at {plan.rate:g}/s, bare uvicorn + orjson (no app code)",
+            fmt(bare, "ms"), "", "", "", verdict(None))
+    sec.row("… one Redis round trip more (to the calling process)", fmt(rt["redis"], "ms"),
+            "", "", "", verdict(None))
+    sec.row("… one Postgres round trip more (to the calling process)",
+            fmt(rt["postgres"], "ms"), "", "", "", verdict(None))
+    hops = bare + sum(WEB_HOPS[k] * rt[k] for k in WEB_HOPS)
+    measured = ctx.get("latency_cpu")
+    if measured is not None:
+        cpu, n = measured
+        web = cpu.per(n, "web")
+        sec.row("web CPU per send (latency run) vs its hops on the bare stack",
+                fmt(web, "ms"), fmt(hops, "ms"), fmt_ratio(web / hops) + " the floor", "",
+                verdict(None))
+    sec.note(f"A bare ASGI app (bench/floor_app.py) on the web's uvicorn, driven open loop "
+             f"at {plan.rate:g} requests/s for {plan.floor_seconds:g} s per mode with the "
+             "send's body; CPU of the server process per request, from psutil. The web's "
+             f"hops per send counted at the floor: 1 request, {WEB_HOPS['redis']} Redis and "
+             f"{WEB_HOPS['postgres']} Postgres round trips.")
+    sec.note("")
+    sec.note("| mode | requests | server CPU-ms per request | load client CPU-ms | errors |")
+    sec.note("|---|---|---|---|---|")
+    for r in runs.values():
+        sec.note(f"| {r.mode} | {r.requests} | {fmt(r.server_ms)} | {fmt(r.client_ms)} "
+                 f"| {r.errors} |")
+    return sec
+
+
 RUNNERS: dict[str, Callable[[Env, dict, Plan], Awaitable[Section]]] = {  # type: ignore[type-arg]
-    "profile": s_profile, "scaleout": s_scaleout,
+    "floor": s_floor, "profile": s_profile, "scaleout": s_scaleout,
 }
