@@ -243,47 +243,74 @@ async def s_scaleout(env: Env, ctx: dict, plan: Plan) -> Section:  # type: ignor
     return sec
 
 
-# Per send, what the web process does besides answering the request (ADR 029): the
-# rate-limit script, the commit notice's publish and the SSE stream's read of the
-# agent's Redis stream; the create and the relay's NOTIFY on Postgres. (Two pubsub
-# messages received and the SSE write come on top and are not counted here.)
-WEB_HOPS = {"redis": 3, "postgres": 2}
+# A send's hops when every event travels alone (200 msg/s), counted on the floor's
+# unit costs (ADR 029). Kafka's produce and fetch have no floor here: the relay's and
+# push worker's Kafka clients and the broker are measured, not estimated.
+SEND_HOPS: tuple[tuple[str, int, str], ...] = (
+    ("web: the request itself", 1, "bare"),
+    ("web: rate-limit script, commit notice, SSE read of the stream (Redis)", 3, "redis caller"),
+    ("web: the create, the relay's NOTIFY (Postgres)", 2, "postgres caller"),
+    ("relay: BEGIN, claim, sent mark, COMMIT (Postgres, a batch of one)", 4, "postgres caller"),
+    ("push worker: one pipeline (Redis)", 1, "redis caller"),
+    ("Postgres: the six statements above", 6, "postgres server"),
+    ("Redis: the four calls above", 4, "redis server"),
+)
 
 
 async def s_floor(env: Env, ctx: dict, plan: Plan) -> Section:  # type: ignore[type-arg]
     sec = Section("1b. The floor: a lone request on the web's stack")
-    runs = await floor.run(env.settings.database_url, str(env.settings.redis_url),
+    meter = env.meter({})
+    runs = await floor.run(env.settings.database_url, str(env.settings.redis_url), meter,
                            rate=plan.rate, seconds=plan.floor_seconds)
-    bare = runs["bare"].server_ms
-    rt = {"redis": runs["redis"].server_ms - bare,
-          "postgres": runs["postgres"].server_ms - bare}
+    bare, red, pg = runs["bare"], runs["redis"], runs["postgres"]
+    unit = {"bare": bare.server_ms,
+            "redis caller": red.server_ms - bare.server_ms,
+            "redis server": red.services_ms["redis"] - bare.services_ms["redis"],
+            "postgres caller": pg.server_ms - bare.server_ms,
+            "postgres server": pg.services_ms["postgres"] - bare.services_ms["postgres"]}
     sec.row(f"CPU per lone request at {plan.rate:g}/s, bare uvicorn + orjson (no app code)",
-            fmt(bare, "ms"), "", "", "", verdict(None))
-    sec.row("… one Redis round trip more (to the calling process)", fmt(rt["redis"], "ms"),
+            fmt(unit["bare"], "ms"), "", "", "", verdict(None))
+    sec.row("one Redis round trip: calling process / Redis",
+            f"{fmt(unit['redis caller'], 'ms')} / {fmt(unit['redis server'], 'ms')}",
             "", "", "", verdict(None))
-    sec.row("… one Postgres round trip more (to the calling process)",
-            fmt(rt["postgres"], "ms"), "", "", "", verdict(None))
-    hops = bare + sum(WEB_HOPS[k] * rt[k] for k in WEB_HOPS)
+    sec.row("one Postgres round trip: calling process / Postgres",
+            f"{fmt(unit['postgres caller'], 'ms')} / {fmt(unit['postgres server'], 'ms')}",
+            "", "", "", verdict(None))
+    web_floor = unit["bare"] + 3 * unit["redis caller"] + 2 * unit["postgres caller"]
+    hops_floor = sum(n * unit[kind] for _, n, kind in SEND_HOPS)
     measured = ctx.get("latency_cpu")
     if measured is not None:
         cpu, n = measured
         web = cpu.per(n, "web")
         sec.row("web CPU per send (latency run) vs its hops on the bare stack",
-                fmt(web, "ms"), fmt(hops, "ms"), fmt_ratio(web / hops) + " the floor", "",
-                verdict(None))
+                fmt(web, "ms"), fmt(web_floor, "ms"), fmt_ratio(web / web_floor) + " the floor",
+                "", verdict(None))
+        no_kafka = 1000 * cpu.pipeline / n - cpu.per(n, "kafka")
+        sec.row("pipeline CPU per send without the broker vs the send's hops on the floor",
+                fmt(no_kafka, "ms"), fmt(hops_floor, "ms"),
+                fmt_ratio(no_kafka / hops_floor) + " the floor", "", verdict(None))
     sec.note(f"A bare ASGI app (bench/floor_app.py) on the web's uvicorn, driven open loop "
              f"at {plan.rate:g} requests/s for {plan.floor_seconds:g} s per mode with the "
-             "send's body; CPU of the server process per request, from psutil. The web's "
-             f"hops per send counted at the floor: 1 request, {WEB_HOPS['redis']} Redis and "
-             f"{WEB_HOPS['postgres']} Postgres round trips.")
+             "send's body; CPU per request of the server process and of the services, from "
+             "psutil. A round trip's cost = the mode with it − the bare mode.")
     sec.note("")
-    sec.note("| mode | requests | server CPU-ms per request | load client CPU-ms | errors |")
-    sec.note("|---|---|---|---|---|")
+    sec.note("| mode | requests | server CPU-ms per request | Postgres | Redis "
+             "| load client | errors |")
+    sec.note("|---|---|---|---|---|---|---|")
     for r in runs.values():
-        sec.note(f"| {r.mode} | {r.requests} | {fmt(r.server_ms)} | {fmt(r.client_ms)} "
+        sec.note(f"| {r.mode} | {r.requests} | {fmt(r.server_ms)} "
+                 f"| {fmt(r.services_ms.get('postgres', math.nan))} "
+                 f"| {fmt(r.services_ms.get('redis', math.nan))} | {fmt(r.client_ms)} "
                  f"| {r.errors} |")
+    sec.note("\nA send's hops at 200 msg/s, every event alone, on these unit costs (Kafka's "
+             "produce and fetch not included: the relay's and push worker's measured CPU "
+             "includes their Kafka clients, the floor does not):\n")
+    sec.note("| hop | count | CPU-ms each | CPU-ms per send |")
+    sec.note("|---|---|---|---|")
+    for what, count, kind in SEND_HOPS:
+        sec.note(f"| {what} | {count} | {fmt(unit[kind])} | {fmt(count * unit[kind])} |")
+    sec.note(f"| **the floor of a send's hops** | | | **{fmt(hops_floor)}** |")
     return sec
-
 
 RUNNERS: dict[str, Callable[[Env, dict, Plan], Awaitable[Section]]] = {  # type: ignore[type-arg]
     "floor": s_floor, "profile": s_profile, "scaleout": s_scaleout,

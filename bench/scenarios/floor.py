@@ -21,10 +21,12 @@ from pathlib import Path
 import psutil
 
 from bench.client import Client, HttpError, now
+from bench.cpu import CpuMeter
 from devstack.process import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 MODES = ("bare", "redis", "postgres", "redis+postgres")
+SERVICES = ("postgres", "redis")
 BODY = {"to_agent_id": "b@bench", "message": {"message_id": "m-1",
                                               "parts": [{"kind": "text", "text": "x" * 64}]}}
 
@@ -35,6 +37,7 @@ class FloorRun:
     requests: int
     server_ms: float    # CPU-ms of the server process per request
     client_ms: float
+    services_ms: dict[str, float]  # CPU-ms per request of Postgres, Redis (their side of a trip)
     errors: int
 
 
@@ -54,7 +57,7 @@ def _cpu(proc: psutil.Process) -> float:
     return t.user + t.system
 
 
-async def one(mode: str, database_url: str, redis_url: str, *, rate: float,
+async def one(mode: str, database_url: str, redis_url: str, meter: CpuMeter, *, rate: float,
               seconds: float) -> FloorRun:
     port = free_port()
     env = dict(os.environ, FLOOR_MODE=mode, FLOOR_DATABASE_URL=database_url,
@@ -71,6 +74,7 @@ async def one(mode: str, database_url: str, redis_url: str, *, rate: float,
             await client.request("POST", "/", {}, BODY)
         proc, me = psutil.Process(server.pid), psutil.Process()
         s0, c0 = _cpu(proc), _cpu(me)
+        meter.start()
         errors = 0
 
         async def req() -> None:
@@ -89,8 +93,9 @@ async def one(mode: str, database_url: str, redis_url: str, *, rate: float,
                 await asyncio.sleep(delay)
             tasks.append(asyncio.create_task(req()))
         await asyncio.gather(*tasks)
+        services = {k: 1000 * u.cpu / n for k, u in meter.stop().items() if k in SERVICES}
         return FloorRun(mode, n, 1000 * (_cpu(proc) - s0) / n, 1000 * (_cpu(me) - c0) / n,
-                        errors)
+                        services, errors)
     finally:
         client.close()
         server.terminate()
@@ -101,6 +106,9 @@ async def one(mode: str, database_url: str, redis_url: str, *, rate: float,
             await server.wait()
 
 
-async def run(database_url: str, redis_url: str, *, rate: float,
+async def run(database_url: str, redis_url: str, meter: CpuMeter, *, rate: float,
               seconds: float) -> dict[str, FloorRun]:
-    return {m: await one(m, database_url, redis_url, rate=rate, seconds=seconds) for m in MODES}
+    """Every mode in turn; ``meter`` covers the services (their CPU per request is
+    the other end of a round trip)."""
+    return {m: await one(m, database_url, redis_url, meter, rate=rate, seconds=seconds)
+            for m in MODES}
