@@ -46,6 +46,7 @@ from app.services.reach_cache import ReachCache
 from app.services.task_creates import CreateBatcher
 from app.settings import Settings, load_settings
 from app.sse_response import StreamsOutside
+from app.store.events import relay_wakeup_channel
 from app.stream_slots import StreamSlots
 from app.unavailable import UNAVAILABLE, handle_unavailable
 
@@ -114,7 +115,8 @@ def create_app(settings: Settings | None = None) -> MeshApp:
         await hub.start()
         limiter = RateLimiter(redis, settings) if settings.ratelimit_enabled else None
         # Commit notices and batched receipts: issue 13 items 4 and 2 (ADR 021).
-        notices = CommitNotices(redis, hub)
+        notices = CommitNotices(redis, hub,
+                                relay_channel=relay_wakeup_channel(settings.bus_topic))
         receipts = ReceiptBatcher(pool, flush_ms=settings.receipt_flush_ms,
                                   flush_max=settings.receipt_flush_max)
         await notices.start()

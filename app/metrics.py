@@ -49,7 +49,9 @@ PUSH_WRITTEN = Counter(
 )
 RELAY_WAKEUPS = Counter(
     "agent_mesh_relay_wakeups",
-    "NOTIFYs a web process sent to wake the relay (one covers every commit since the last).",
+    "Wake-ups a web process sent the relays (one covers every commit since the last): "
+    "via=redis in the commit notices' pipeline, via=notify a Postgres NOTIFY (ADR 029).",
+    ["via"],
 )
 TASK_CREATE_STATEMENTS = Counter(
     "agent_mesh_task_create_statements",

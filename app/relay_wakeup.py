@@ -13,6 +13,12 @@ Nothing calls :meth:`RelayWakeup.wake` by hand: the write unit of work
 It passes the agents that received events; with ``notices`` (the web process's
 app.inbox_hub.CommitNotices) they get a commit notice that wakes their parked
 long-polls on every web process (ADR 021).
+
+When the notices carry a relay channel, a commit with recipients wakes the
+relays in the notices' own pipeline instead (ADR 029): at a trickle every send
+then costs the web one Redis pipeline, not that and a NOTIFY round trip on
+Postgres. A commit without recipients (re-queued rows), and a notice round that
+Redis refuses, still get the NOTIFY.
 """
 
 from __future__ import annotations
@@ -40,13 +46,19 @@ class RelayWakeup:
         self._pending = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self.sent = 0
+        if notices is not None and notices.relay_channel is not None:
+            notices.on_relay_wake_lost = self._pending.set
 
     def wake(self, recipients: Collection[str] = ()) -> None:
-        """Non-blocking: ask for a NOTIFY covering every commit until now, and
-        for the commit notices of ``recipients``."""
-        self._pending.set()
-        if self._notices is not None and recipients:
-            self._notices.add(recipients)
+        """Non-blocking: wake the relays for every commit until now, and publish
+        the commit notices of ``recipients``."""
+        if self._notices is None or not recipients:
+            self._pending.set()
+            return
+        by_notice = self._notices.relay_channel is not None
+        self._notices.add(recipients, wake_relay=by_notice)
+        if not by_notice:
+            self._pending.set()
 
     async def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="relay-wakeup")
@@ -66,7 +78,7 @@ class RelayWakeup:
             try:
                 await wake_relay(self._pool)
                 self.sent += 1
-                RELAY_WAKEUPS.inc()
+                RELAY_WAKEUPS.labels(via="notify").inc()
                 backoff.reset()
             except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
                 # Whatever fails here, the relay's sweep still finds the rows.

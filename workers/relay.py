@@ -8,9 +8,11 @@ claimed again: the bus may then carry a record twice, which the push fan-out
 drops by seq. While one batch is published and marked the next is claimed and
 encoded (see :meth:`Relay.drain`, ADR 022).
 
-The relay wakes on the ``NOTIFY`` each write transaction sends at commit, so
-delivery never waits for a poll; the sweep timer only catches retries that
-come due and wake-ups lost while the listener reconnected.
+The relay wakes on the commits themselves, so delivery never waits for a poll:
+the web processes publish theirs on Redis, in the same pipeline as their commit
+notices (ADR 029), and every other writer (cron, scripts) sends a ``NOTIFY`` at
+commit. The sweep timer only catches retries that come due and wake-ups lost
+while a subscription reconnected.
 
 Run: ``python -m workers.relay`` (the Procfile ``outbox`` process), built and
 stopped by :mod:`workers.runtime` like the push worker.
@@ -27,13 +29,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import asyncpg
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError
 
 from app import db
 from app.metrics import DEAD_LETTERS, OUTBOX_DISPATCH, OUTBOX_PENDING, RELAY_BATCHES
 from app.retry import Backoff, Schedule
 from app.settings import Settings
 from app.store import outbox as outbox_store
-from app.store.events import WAKEUP_CHANNEL
+from app.store.events import WAKEUP_CHANNEL, relay_wakeup_channel
 from workers import runtime
 from workers.bus import Publisher, PublishError, RecordRejected
 
@@ -42,8 +46,12 @@ log = logging.getLogger("mesh.relay")
 
 class Relay:
     def __init__(self, settings: Settings, pool: asyncpg.Pool, publisher: Publisher,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, *,
+                 hear_commits: bool = False) -> None:
         self.settings = settings
+        # Also wake on the web processes' commits on Redis (ADR 029), as the
+        # ``outbox`` process does; LISTEN stays for every other writer.
+        self._hear_commits = hear_commits
         self.pool = pool
         self.publisher = publisher
         self._wake = asyncio.Event()
@@ -52,6 +60,7 @@ class Relay:
         self._listener: asyncpg.Connection | None = None
         self._task: asyncio.Task[None] | None = None
         self._listen_task: asyncio.Task[None] | None = None
+        self._hear_task: asyncio.Task[None] | None = None
         # When the last commit notice came, and how long after the one before it:
         # the relay lingers only while commits come closer together than the linger.
         self._clock = clock
@@ -185,6 +194,8 @@ class Relay:
     async def start(self) -> None:
         if self.settings.relay_wakeup:
             self._listen_task = asyncio.create_task(self._listen(), name="relay-listen")
+            if self._hear_commits:
+                self._hear_task = asyncio.create_task(self._hear(), name="relay-hear-commits")
         self._task = asyncio.create_task(self._run(), name="relay-loop")
         log.info("relay started: bus=%s batch=%d wakeup=%s", self.settings.bus_kind,
                  self.settings.relay_batch_size, self.settings.relay_wakeup)
@@ -197,10 +208,11 @@ class Relay:
         if self._task is not None:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-        if self._listen_task is not None:
-            self._listen_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._listen_task
+        for listening in (self._listen_task, self._hear_task):
+            if listening is not None:
+                listening.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await listening
         if self._listener is not None:
             with contextlib.suppress(Exception):
                 await self._listener.close()
@@ -253,7 +265,8 @@ class Relay:
             DEAD_LETTERS.set(failed)
 
     def _noticed(self, *_args: object) -> None:
-        """A commit's NOTIFY: wake the loop, and note how fast commits arrive."""
+        """A commit's wake-up (a NOTIFY or a web process's Redis message): wake the
+        loop, and note how fast commits arrive."""
         now = self._clock()
         self._notice_gap, self._noticed_at = now - self._noticed_at, now
         self._wake.set()
@@ -273,6 +286,31 @@ class Relay:
                 reason = "LISTEN connection lost"
             except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
                 reason = f"LISTEN connection failed ({exc})"
+            await backoff.wait(reason)
+
+
+    async def _hear(self) -> None:
+        """Subscribe to the web processes' commits of this topic on Redis;
+        resubscribe when Redis goes away (meanwhile NOTIFYs and the sweep remain)."""
+        backoff = Backoff("relay_hear_commits", stop=self._stop, logger=log)
+        channel = relay_wakeup_channel(self.settings.bus_topic)
+        while not self._stopping:
+            client = aioredis.from_url(self.settings.redis_url, health_check_interval=10)
+            pubsub = client.pubsub(ignore_subscribe_messages=True)
+            try:
+                await pubsub.subscribe(channel)
+                self._wake.set()  # anything committed while we were not subscribed
+                backoff.reset()
+                async for message in pubsub.listen():
+                    if message.get("type") == "message":
+                        self._noticed()
+                reason = "Redis ended the subscription"
+            except (RedisError, OSError) as exc:
+                reason = f"lost Redis ({exc})"
+            finally:
+                with contextlib.suppress(Exception):
+                    await pubsub.aclose()
+                    await client.aclose()
             await backoff.wait(reason)
 
 
@@ -311,7 +349,7 @@ def _describe(error: PublishError) -> str:
 
 async def build(rt: runtime.Runtime) -> Relay:
     """The relay of one ``outbox`` process (or test), from its runtime's resources."""
-    return Relay(rt.settings, await rt.pool(), await rt.publisher())
+    return Relay(rt.settings, await rt.pool(), await rt.publisher(), hear_commits=True)
 
 
 def main() -> None:

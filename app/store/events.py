@@ -24,6 +24,13 @@ from app.ids import new_event_id
 WAKEUP_CHANNEL = "mesh_outbox"
 
 
+def relay_wakeup_channel(topic: str) -> str:
+    """The Redis channel the relays of ``topic`` hear a web process's commits on
+    (ADR 029): published in the commit notices' pipeline, so a send costs the web
+    no NOTIFY round trip. Per topic, like the relay's claim."""
+    return f"mesh:outbox-wakeup:{topic}"
+
+
 @dataclass(frozen=True)
 class NewEvent:
     agent_id: str
