@@ -34,7 +34,7 @@ class Plan:
     scaleout_seconds: float = 8.0
     scaleout_latency_seconds: float = 8.0
     # floor: a bare uvicorn app at ``rate``, open loop, this long per mode (ADR 029)
-    floor_seconds: float = 6.0
+    floor_seconds: float = 10.0
 
 
 FULL = Plan("full")

@@ -6,7 +6,8 @@ bare ASGI app (bench/floor_app.py) is driven open loop at the same rate with the
 same send body, four times: bare, with one Redis round trip, with one Postgres
 round trip, with both. The differences are the CPU one round trip costs the
 calling process (its library, the event loop, the kernel's loopback TCP), the
-unit the pipeline's per-send hops are counted in (ADR 029).
+unit the pipeline's per-send hops are counted in (ADR 029). ``MODES`` is a 2×2
+design (with/without each round trip), so each cost is measured twice.
 """
 
 from __future__ import annotations
