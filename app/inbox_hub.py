@@ -38,6 +38,7 @@ from app.delivery import (
     parse_notice,
 )
 from app.metrics import RELAY_WAKEUPS
+from app.redis_follow import follow
 from app.retry import Backoff
 
 log = logging.getLogger("mesh.hub")
@@ -176,35 +177,21 @@ class InboxHub:
                 waiter.wake()
 
     async def _run(self) -> None:
-        backoff = Backoff("inbox_hub", logger=log)
-        while True:
-            client = aioredis.from_url(self._redis_url, health_check_interval=10)
-            pubsub = client.pubsub(ignore_subscribe_messages=True)
-            try:
-                await pubsub.subscribe(NOTIFY_CHANNEL)
-                self.connected.set()
-                for listener in self._listeners:
-                    listener.reset()
-                self._wake_all()
-                backoff.reset()
-                async for message in pubsub.listen():
-                    if message.get("type") != "message":
-                        continue
-                    notice = parse_notice(message["data"])
-                    for listener in self._listeners:
-                        listener.notice(notice)
-                    self.wake(notice.agent_id, auth=notice.auth, committed=notice.committed)
-                reason = "Redis ended the subscription"
-            except asyncio.CancelledError:
-                raise
-            except (RedisError, OSError) as exc:
-                reason = f"lost Redis ({exc})"
-            finally:
-                self.connected.clear()
-                with contextlib.suppress(Exception):
-                    await pubsub.aclose()
-                    await client.aclose()
-            await backoff.wait(reason)
+        await follow(self._redis_url, NOTIFY_CHANNEL, Backoff("inbox_hub", logger=log),
+                     on_message=self._notice, on_subscribed=self._subscribed,
+                     on_lost=self.connected.clear)
+
+    def _subscribed(self) -> None:
+        self.connected.set()
+        for listener in self._listeners:
+            listener.reset()
+        self._wake_all()
+
+    def _notice(self, data: bytes) -> None:
+        notice = parse_notice(data)
+        for listener in self._listeners:
+            listener.notice(notice)
+        self.wake(notice.agent_id, auth=notice.auth, committed=notice.committed)
 
 
 class CommitNotices:

@@ -29,11 +29,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import asyncpg
-import redis.asyncio as aioredis
-from redis.exceptions import RedisError
 
 from app import db
 from app.metrics import DEAD_LETTERS, OUTBOX_DISPATCH, OUTBOX_PENDING, RELAY_BATCHES
+from app.redis_follow import follow
 from app.retry import Backoff, Schedule
 from app.settings import Settings
 from app.store import outbox as outbox_store
@@ -45,8 +44,8 @@ log = logging.getLogger("mesh.relay")
 
 
 class Relay:
-    def __init__(self, settings: Settings, pool: asyncpg.Pool, publisher: Publisher,
-                 clock: Callable[[], float] = time.monotonic, *,
+    def __init__(self, settings: Settings, pool: asyncpg.Pool, publisher: Publisher, *,
+                 clock: Callable[[], float] = time.monotonic,
                  hear_commits: bool = False) -> None:
         self.settings = settings
         # Also wake on the web processes' commits on Redis (ADR 029), as the
@@ -290,28 +289,11 @@ class Relay:
 
 
     async def _hear(self) -> None:
-        """Subscribe to the web processes' commits of this topic on Redis;
-        resubscribe when Redis goes away (meanwhile NOTIFYs and the sweep remain)."""
-        backoff = Backoff("relay_hear_commits", stop=self._stop, logger=log)
-        channel = relay_wakeup_channel(self.settings.bus_topic)
-        while not self._stopping:
-            client = aioredis.from_url(self.settings.redis_url, health_check_interval=10)
-            pubsub = client.pubsub(ignore_subscribe_messages=True)
-            try:
-                await pubsub.subscribe(channel)
-                self._wake.set()  # anything committed while we were not subscribed
-                backoff.reset()
-                async for message in pubsub.listen():
-                    if message.get("type") == "message":
-                        self._noticed()
-                reason = "Redis ended the subscription"
-            except (RedisError, OSError) as exc:
-                reason = f"lost Redis ({exc})"
-            finally:
-                with contextlib.suppress(Exception):
-                    await pubsub.aclose()
-                    await client.aclose()
-            await backoff.wait(reason)
+        """Follow the web processes' commits of this topic on Redis (meanwhile
+        NOTIFYs and the sweep remain); drain once on every (re)subscription."""
+        await follow(self.settings.redis_url, relay_wakeup_channel(self.settings.bus_topic),
+                     Backoff("relay_hear_commits", stop=self._stop, logger=log),
+                     on_message=self._noticed, on_subscribed=self._wake.set)
 
 
 @dataclass(slots=True)
