@@ -214,26 +214,25 @@ class CommitNotices:
                  relay_channel: str | None = None) -> None:
         self._redis = redis
         self._hub = hub
-        # With a channel, a round that carries a commit also wakes the relays there
-        # (app.store.events.relay_wakeup_channel, ADR 029); a round that fails calls
-        # ``on_relay_wake_lost`` so the relays are woken another way.
+        # With a channel, every round (it carries commits) also wakes the relays
+        # there (app.store.events.relay_wakeup_channel, ADR 029); a round that fails
+        # calls ``on_relay_wake_lost`` so the relays are woken another way.
         self.relay_channel = relay_channel
         self.on_relay_wake_lost: Callable[[], None] | None = None
-        self._relay_due = False
         self._pending: set[str] = set()
         self._ready = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
-    def add(self, agent_ids: Iterable[str], *, wake_relay: bool = False) -> None:
-        """Publish commit notices for ``agent_ids``; with ``wake_relay`` (and a
-        relay channel) the same round wakes the relays."""
+    def add(self, agent_ids: Iterable[str]) -> bool:
+        """Publish commit notices for ``agent_ids``; True when the same round wakes
+        the relays (there is a relay channel)."""
         for agent_id in agent_ids:
             self._pending.add(agent_id)
             if self._hub is not None:
                 self._hub.wake(agent_id, committed=True)
-        self._relay_due |= wake_relay and self.relay_channel is not None
-        if self._pending or self._relay_due:
+        if self._pending:
             self._ready.set()
+        return self.relay_channel is not None
 
     async def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="commit-notices")
@@ -246,24 +245,23 @@ class CommitNotices:
                 await self._publish()
 
     async def _publish(self) -> None:
-        if not self._pending and not self._relay_due:
+        if not self._pending:
             return
         agents, self._pending = self._pending, set()
-        relay, self._relay_due = self._relay_due, False
+        relay = self.relay_channel
         try:
             async with self._redis.pipeline(transaction=False) as pipe:
                 for agent_id in agents:
                     pipe.publish(NOTIFY_CHANNEL, commit_notice(agent_id))
-                if relay:
-                    assert self.relay_channel is not None
-                    pipe.publish(self.relay_channel, b"")
+                if relay is not None:
+                    pipe.publish(relay, b"")
                 await pipe.execute()
         except BaseException:
             self._pending |= agents  # still worth waking once Redis answers
-            if relay and self.on_relay_wake_lost is not None:
+            if relay is not None and self.on_relay_wake_lost is not None:
                 self.on_relay_wake_lost()  # the rows are committed: wake the relay now
             raise
-        if relay:
+        if relay is not None:
             RELAY_WAKEUPS.labels(via="redis").inc()
 
     async def _run(self) -> None:

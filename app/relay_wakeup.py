@@ -52,13 +52,9 @@ class RelayWakeup:
     def wake(self, recipients: Collection[str] = ()) -> None:
         """Non-blocking: wake the relays for every commit until now, and publish
         the commit notices of ``recipients``."""
-        if self._notices is None or not recipients:
-            self._pending.set()
-            return
-        by_notice = self._notices.relay_channel is not None
-        self._notices.add(recipients, wake_relay=by_notice)
-        if not by_notice:
-            self._pending.set()
+        if self._notices is not None and recipients and self._notices.add(recipients):
+            return  # the relays hear it in the notices' round (ADR 029)
+        self._pending.set()
 
     async def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="relay-wakeup")

@@ -248,46 +248,45 @@ async def s_scaleout(env: Env, ctx: dict, plan: Plan) -> Section:  # type: ignor
 # 200 msg/s with the linger); the others are paid by every send. Kafka's produce and
 # fetch have no floor here: the relay's and push worker's Kafka clients and the
 # broker are measured, not estimated.
-SEND_HOPS: tuple[tuple[str, int, str, bool], ...] = (
-    ("web: the request itself", 1, "bare", False),
-    ("web: rate-limit script, commit notices (+ the relays' wake-up), SSE read (Redis)", 3,
+SEND_HOPS: tuple[tuple[str, str, int, str, bool], ...] = (
+    # (process, what, count, unit cost, per claim)
+    ("web", "the request itself", 1, "bare", False),
+    ("web", "rate-limit script, commit notices (+ the relays' wake-up), SSE read (Redis)", 3,
      "redis caller", False),
-    ("web: the create (Postgres)", 1, "postgres caller", False),
-    ("Postgres: the create", 1, "postgres server", False),
-    ("Redis: the web's three calls", 3, "redis server", False),
-    ("relay: BEGIN, claim, sent mark, COMMIT (Postgres)", 4, "postgres caller", True),
-    ("Postgres: the relay's four statements", 4, "postgres server", True),
-    ("push worker: one pipeline (Redis, both ends)", 1, "redis both", True),
+    ("web", "the create (Postgres)", 1, "postgres caller", False),
+    ("Postgres", "the create", 1, "postgres server", False),
+    ("Redis", "the web's three calls", 3, "redis server", False),
+    ("relay", "BEGIN, claim, sent mark, COMMIT (Postgres)", 4, "postgres caller", True),
+    ("Postgres", "the relay's four statements", 4, "postgres server", True),
+    ("push worker", "one pipeline (Redis, both ends)", 1, "redis both", True),
 )
 
 
+def _trip_cost(runs: dict[str, floor.FloorRun], trip: str,
+               measure: Callable[[floor.FloorRun], float]) -> float:
+    """What one ``trip`` ("redis" or "postgres") adds to ``measure``: the mean of the
+    two differences the 2×2 runs give (with it − without it, the other trip absent,
+    then present), which halves the noise of one subtraction."""
+    other = "postgres" if trip == "redis" else "redis"
+    pairs = ((trip, "bare"), ("redis+postgres", other))
+    return sum(measure(runs[with_it]) - measure(runs[without]) for with_it, without in pairs) / 2
+
+
 def _round_trip_costs(runs: dict[str, floor.FloorRun]) -> dict[str, float]:
-    """Unit costs from the 2×2 runs: each round trip's cost is the mean of its two
-    differences (with it − without it, the other trip held fixed), which halves the
-    noise of one subtraction."""
-    bare, red, pg, both = (runs[m] for m in floor.MODES)
-
-    def effect(with_a: float, without_a: float, with_b: float, without_b: float) -> float:
-        return ((with_a - without_a) + (with_b - without_b)) / 2
-
-    out = {"bare": bare.server_ms,
-           "redis caller": effect(red.server_ms, bare.server_ms, both.server_ms, pg.server_ms),
-           "postgres caller": effect(pg.server_ms, bare.server_ms, both.server_ms,
-                                     red.server_ms)}
-    svc = {m: r.services_ms for m, r in runs.items()}
-    out["redis server"] = effect(svc["redis"]["redis"], svc["bare"]["redis"],
-                                 svc["redis+postgres"]["redis"], svc["postgres"]["redis"])
-    out["postgres server"] = effect(svc["postgres"]["postgres"], svc["bare"]["postgres"],
-                                    svc["redis+postgres"]["postgres"],
-                                    svc["redis"]["postgres"])
+    """The unit costs SEND_HOPS names, in CPU-ms."""
+    out = {"bare": runs["bare"].server_ms}
+    for trip in ("redis", "postgres"):
+        out[f"{trip} caller"] = _trip_cost(runs, trip, lambda r: r.server_ms)
+        out[f"{trip} server"] = _trip_cost(runs, trip, lambda r, t=trip: r.services_ms[t])
     out["redis both"] = out["redis caller"] + out["redis server"]
     return out
 
 
-def hops_floor(unit: dict[str, float], per_claim: float) -> float:
-    """CPU-ms per send of SEND_HOPS when one claim carries ``per_claim`` sends."""
+def hops_floor(unit: dict[str, float], per_claim: float, process: str | None = None) -> float:
+    """CPU-ms per send of SEND_HOPS (of ``process`` only, if given) when one claim
+    carries ``per_claim`` sends."""
     return sum(n * unit[kind] / (per_claim if shared else 1.0)
-               for _, n, kind, shared in SEND_HOPS)
+               for who, _, n, kind, shared in SEND_HOPS if process in (None, who))
 
 
 async def s_floor(env: Env, ctx: dict, plan: Plan) -> Section:  # type: ignore[type-arg]
@@ -304,7 +303,7 @@ async def s_floor(env: Env, ctx: dict, plan: Plan) -> Section:  # type: ignore[t
     sec.row("one Postgres round trip: calling process / Postgres",
             f"{fmt(unit['postgres caller'], 'ms')} / {fmt(unit['postgres server'], 'ms')}",
             "", "", "", verdict(None))
-    web_floor = unit["bare"] + 3 * unit["redis caller"] + unit["postgres caller"]
+    web_floor = hops_floor(unit, 1.0, "web")
     alone, pairs = hops_floor(unit, 1.0), hops_floor(unit, 2.0)
     sec.row("the floor of a send's hops without Kafka: every event alone / two per claim",
             f"{fmt(alone, 'ms')} / {fmt(pairs, 'ms')}", "", "", "", verdict(None))
@@ -337,8 +336,8 @@ async def s_floor(env: Env, ctx: dict, plan: Plan) -> Section:  # type: ignore[t
              "floor does not; per-claim hops are shared by the sends one claim carries):\n")
     sec.note("| hop | count | CPU-ms each | per claim | CPU-ms per send, alone |")
     sec.note("|---|---|---|---|---|")
-    for what, count, kind, shared in SEND_HOPS:
-        sec.note(f"| {what} | {count} | {fmt(unit[kind])} | {'yes' if shared else ''} "
+    for who, what, count, kind, shared in SEND_HOPS:
+        sec.note(f"| {who}: {what} | {count} | {fmt(unit[kind])} | {'yes' if shared else ''} "
                  f"| {fmt(count * unit[kind])} |")
     sec.note(f"| **the floor of a send's hops, alone / two per claim** | | | "
              f"| **{fmt(alone)} / {fmt(pairs)}** |")

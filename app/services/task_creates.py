@@ -89,7 +89,6 @@ class CreateBatcher:
             self._writing -= 1
             self._start()
 
-
     async def _write_each(self, batch: list[tuple[NewTask, asyncio.Future[int | None]]]) -> None:
         for task, done in batch:
             try:

@@ -30,7 +30,7 @@ FOR UPDATE OF o SKIP LOCKED
 """
 
 
-# Set in a claim's transaction:
+# A claim's transaction opens with two settings:
 # * a "sent" mark lost in a crash only means the rows are published again, which
 #   the push fan-out drops by seq: no need to wait for the WAL flush of every batch;
 # * the claim must walk outbox_pending_idx in id order and stop after ``limit``
@@ -39,13 +39,14 @@ FOR UPDATE OF o SKIP LOCKED
 #   bitmap scan of every pending row, joined and sorted on disk before the LIMIT:
 #   250-750 ms per claim instead of ~1 ms, so a backlog drained in O(n²). Without
 #   bitmap scans the only cheap plan left is the ordered index scan.
-CLAIM_SETUP_SQL = "SET LOCAL synchronous_commit = off; SET LOCAL enable_bitmapscan = off"
+#
 # At a trickle every batch pays its whole transaction (ADR 027): the BEGIN and
 # the settings share one simple-query round trip, so a batch costs four round
 # trips instead of five. The sent mark stays a prepared statement of its own:
 # folded into the COMMIT's simple query it saved a round trip but was parsed and
 # planned anew for every batch, and Postgres's CPU per send came out higher.
-CLAIM_BEGIN_SQL = "BEGIN; " + CLAIM_SETUP_SQL
+CLAIM_BEGIN_SQL = ("BEGIN; SET LOCAL synchronous_commit = off; "
+                   "SET LOCAL enable_bitmapscan = off")
 
 
 async def begin_claim(conn: asyncpg.Connection) -> None:
