@@ -22,7 +22,7 @@ ALLOW_NO_TESTS ?=
 # Set by test-fast; `make test` (and CI, through .ci/run) selects every test.
 MARKERS ?=
 
-.PHONY: help install run services test test-fast lint bench soak clean
+.PHONY: help install run services test test-fast test-unit lint bench soak clean
 
 help:
 	@echo "make install   create $(VENV) and install agent-mesh[embedded,dev,claude]"
@@ -30,6 +30,7 @@ help:
 	@echo "make services  only the embedded services; prints export MESH_... lines"
 	@echo "make test      pytest against real services, every test (ARGS='...' for pytest)"
 	@echo "make test-fast the same without the fault suite and the slow tests (-m 'not faults and not slow')"
+	@echo "make test-unit the pure layer only (tests/unit): no services, a few seconds"
 	@echo "make lint      ruff check"
 	@echo "make bench     bench/run.py"
 	@echo "make soak      bench/soak.py: 30 min under random faults, counted (ARGS='--minutes 3 ...')"
@@ -65,10 +66,14 @@ test: install
 	fi; \
 	exit $$rc
 
-# For local work: the marked tests (tests/conftest.py SLOW, @pytest.mark.faults)
-# are 20 tests and about 40% of the suite's time. CI runs `make test`.
+# For local work: the tests marked @pytest.mark.faults or @pytest.mark.slow (on the
+# tests themselves) are some 30 tests and about 40% of the suite's time. CI runs `make test`.
 test-fast: MARKERS = -m "not faults and not slow"
 test-fast: test
+
+# The pure layer: no Postgres, Redis or bus is started.
+test-unit: install
+	$(PY) -m pytest tests/unit -q $(ARGS)
 
 lint: install
 	$(PY) -m ruff check .

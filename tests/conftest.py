@@ -27,29 +27,6 @@ from tests.support import procs
 from tests.support.meshapi import MeshFactory
 from tests.support.pipeline import Pipeline, run_pipeline
 
-# Slow tests outside ``@pytest.mark.faults`` (timed with ``--durations=30`` on
-# two shared cores), marked here so that ``make test-fast`` (``-m "not faults
-# and not slow"``) leaves them out; ``make test`` and CI run them all. A node
-# id that no longer exists marks nothing and only makes the fast run longer.
-SLOW: dict[str, str] = {
-    # kills and restarts the gateway, cuts SSE, waits for token expiry
-    "tests/meshd/test_daemon_faults.py": "faults",
-    "tests/meshd/test_daemon_gateway.py::test_two_daemons_exchange_500_messages_in_order": "slow",
-    # sleeps the server's Retry-After on purpose
-    "tests/meshd/test_client_gateway.py::test_429_waits_for_retry_after": "slow",
-    # lets a mesh agent run hit its wall-clock --timeout on purpose
-    "tests/meshd/test_agent_limits.py::test_wall_clock_timeout_fails_the_task": "slow",
-    # starts two real cron processes
-    "tests/test_cron.py::test_two_cron_processes_start_coexist_and_act_once": "slow",
-}
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        for node, mark in SLOW.items():
-            if item.nodeid == node or item.nodeid.startswith(f"{node}::"):
-                item.add_marker(getattr(pytest.mark, mark))
-
 
 @pytest.fixture(scope="session")
 def stack() -> Iterator[Stack]:

@@ -322,6 +322,7 @@ async def test_consumer_lag_and_outbox_gauges(
 # --- two real cron processes ---------------------------------------------------------
 
 @pytest.mark.faults
+@pytest.mark.slow  # starts two real cron processes
 async def test_two_cron_processes_start_coexist_and_act_once(
         migrated: Settings, sentry_collector: SentrySink) -> None:
     sink = sentry_collector

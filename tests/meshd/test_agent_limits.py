@@ -11,6 +11,8 @@ import asyncio
 import signal
 import threading
 
+import pytest
+
 from tests.meshd.agent_support import (
     DONE,
     agent_proc,
@@ -89,6 +91,7 @@ async def test_turn_and_budget_limits_fail_the_task_once_then_the_next_event_run
     assert proc.count(r"run for seq \d+ .*starting") == 3
 
 
+@pytest.mark.slow  # lets a run hit its wall-clock --timeout on purpose
 async def test_wall_clock_timeout_fails_the_task(world, uniq, gateway, tmp_path):
     agent = await world.alice.agent(f"r{uniq}")
     release = threading.Event()

@@ -198,6 +198,7 @@ async def test_503_is_retried(pair, gateway):
         assert proxy.refused_requests == 1
 
 
+@pytest.mark.slow  # sleeps the server's Retry-After on purpose
 async def test_429_waits_for_retry_after(pair, migrated):
     a_h, _ = pair
     gw = GatewayProc(migrated, ratelimit_enabled="true", ratelimit_rate=4, ratelimit_burst=2)

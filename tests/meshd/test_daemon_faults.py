@@ -10,8 +10,13 @@ import asyncio
 import signal
 from pathlib import Path
 
+import pytest
+
 from meshd import MeshClient
 from tests.meshd.support import GatewayProc, Probe, Proc, Proxy, mesh_cmd, mesh_env
+
+# kills and restarts the gateway, cuts SSE, waits for token expiry
+pytestmark = pytest.mark.faults
 
 SSE = "following the SSE stream"
 FAST = ["--reconnect-initial", "0.3", "--reconnect-max", "2", "--poll-wait", "2"]

@@ -12,6 +12,8 @@ import signal
 import sys
 from pathlib import Path
 
+import pytest
+
 from meshd import MeshClient
 from tests.meshd.support import REPO, Probe, Proc, mesh_cmd, mesh_env, process_exit
 
@@ -42,6 +44,7 @@ async def stop(proc: Proc) -> int:
     return await proc.wait(timeout=20)
 
 
+@pytest.mark.slow
 async def test_two_daemons_exchange_500_messages_in_order(pair, gateway, tmp_path):
     a_h, b_h = pair
     n = 500
