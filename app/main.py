@@ -20,7 +20,7 @@ from starlette.types import ASGIApp
 
 from app import db, health, openapi
 from app.a2a import routes as a2a_routes
-from app.api import admin, auth, inbox, mesh, owners, sse, tasks, teams, timeline
+from app.api import admin, auth, inbox, index, mesh, owners, sse, tasks, teams, timeline
 from app.api.deps import State, state
 from app.auth_throttle import AuthThrottle
 from app.console.routes import console_routes
@@ -165,6 +165,7 @@ def create_app(settings: Settings | None = None) -> MeshApp:
         *a2a_routes.routes,
     ]
     routes += console_routes()  # the owner console (HTML, not in /openapi.json)
+    routes += index.routes  # `/`: the console for a browser, an index for a client
     app = MeshApp(
         routes=routes,
         middleware=[

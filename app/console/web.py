@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl, quote
@@ -42,7 +42,10 @@ def _when(value: Any) -> str:
             value = datetime.fromisoformat(value.replace("Z", "+00:00"))
         except ValueError:
             return value
-    return f"{value:%Y-%m-%d %H:%M:%S}"
+    # Stored times are UTC; a page read across time zones must say so.
+    if value.tzinfo is not None:
+        value = value.astimezone(UTC)
+    return f"{value:%Y-%m-%d %H:%M:%S} UTC"
 
 
 def _pretty(value: Any) -> str:
