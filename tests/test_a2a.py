@@ -44,13 +44,7 @@ async def test_cards_validate_against_the_sdk(gateway: str, mesh: MeshFactory) -
         assert gateway_card.name == "Agent Mesh"
         assert "{agent_id}" in gateway_card.supported_interfaces[0].url
         raw = (await http.get(f"{gateway}/a2a/x@y/.well-known/agent-card.json")).json()
-    # Strict, once the SDK's v0.3 compatibility fields are set aside.
-    v03 = {"url", "preferredTransport", "protocolVersion", "security",
-           "supportsAuthenticatedExtendedCard"}
-    for scheme in raw["securitySchemes"].values():
-        for key in ("type", "in", "name", "scheme", "bearerFormat", "description"):
-            scheme.pop(key, None)
-    public = ParseDict({k: v for k, v in raw.items() if k not in v03}, AgentCard())
+    public = ParseDict(raw, AgentCard())  # strict: a clean v1.0 card (ADR 034)
     assert public.supported_interfaces[0].url.endswith("/a2a/x@y")
     assert public.supported_interfaces[0].protocol_version == "1.0"
     assert set(public.security_schemes) == {"meshBearer", "meshApiKey"}

@@ -14,18 +14,22 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote
 
+from a2a.compat.v0_3.conversions import to_compat_agent_card
 from a2a.types.a2a_pb2 import AgentCard
-from a2a.utils.constants import PROTOCOL_VERSION_CURRENT
-from google.protobuf.json_format import ParseDict
+from a2a.utils.constants import PROTOCOL_VERSION_0_3, PROTOCOL_VERSION_CURRENT
+from google.protobuf.json_format import MessageToDict, ParseDict
 
-from app.a2a.mapping import RESUME_EXTENSION, SEQ_KEY
+from app.a2a.mapping import MEDIA_TYPES, RESUME_EXTENSION, SEQ_KEY
 
 try:
     VERSION = importlib.metadata.version("agent-mesh")
 except importlib.metadata.PackageNotFoundError:  # a source tree that was never installed
     VERSION = "0.0.0"
 CARD_PATH = "/.well-known/agent-card.json"
-MODES = ["text/plain", "application/json", "application/octet-stream"]
+# The v0.3 interface's own URL under the agent's: its card (at V03_PATH + CARD_PATH)
+# is the v0.3 card, which a v0.3 client reads without sending A2A-Version.
+V03_PATH = "/v0.3"
+MODES = list(MEDIA_TYPES)
 
 SECURITY_SCHEMES: dict[str, Any] = {
     "meshBearer": {"httpAuthSecurityScheme": {
@@ -82,7 +86,20 @@ def _interfaces(url: str) -> list[dict[str, Any]]:
              "protocolVersion": PROTOCOL_VERSION_CURRENT},
             {"url": url, "protocolBinding": "HTTP+JSON",
              "protocolVersion": PROTOCOL_VERSION_CURRENT},
-            {"url": url, "protocolBinding": "JSONRPC", "protocolVersion": "0.3"}]
+            {"url": url + V03_PATH, "protocolBinding": "JSONRPC",
+             "protocolVersion": PROTOCOL_VERSION_0_3}]
+
+
+def v10_json(agent_card: AgentCard) -> dict[str, Any]:
+    """The card as A2A v1.0 JSON, and nothing else (the SDK's own serializer
+    adds v0.3's fields beside v1.0's when a v0.3 interface is listed)."""
+    return MessageToDict(agent_card)  # type: ignore[no-any-return]
+
+
+def v03_json(agent_card: AgentCard) -> dict[str, Any]:
+    """The card as A2A v0.3 JSON: its v0.3 interface as the main ``url``."""
+    compat = to_compat_agent_card(agent_card).model_dump(mode="json", exclude_none=True)
+    return compat  # type: ignore[no-any-return]
 
 
 def public_card(base_url: str, agent_id: str, version: str) -> AgentCard:

@@ -10,8 +10,7 @@ caller's durable inbox (ADR 017).
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import AsyncGenerator, Iterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,7 +38,6 @@ from a2a.types.a2a_pb2 import (
     TaskPushNotificationConfig,
 )
 from a2a.utils.errors import (
-    A2AError,
     InvalidParamsError,
     InvalidRequestError,
     PushNotificationNotSupportedError,
@@ -47,19 +45,19 @@ from a2a.utils.errors import (
     TaskNotFoundError,
     UnsupportedOperationError,
 )
-from pydantic import ValidationError
+from a2a.utils.task import validate_page_size
 
 from app.a2a import card, mapping
+from app.a2a.errors import a2a_errors
 from app.a2a.follow import follow
 from app.api.deps import State, check_storable
-from app.errors import Problem, validation_problem
 from app.schemas import MessageIn, StatusChange, TaskCreate
 from app.services import tasks
 from app.services.principals import Agent
 from app.store import agents as agents_store
 
 CALL_KEY = "agent-mesh.call"
-MAX_PAGE = 100
+DEFAULT_PAGE = 50
 
 
 @dataclass(frozen=True)
@@ -77,23 +75,24 @@ def _call(context: ServerCallContext) -> MeshCall:
     return context.state[CALL_KEY]  # type: ignore[no-any-return]
 
 
-@contextlib.contextmanager
-def a2a_errors(*, not_found: type[A2AError] = TaskNotFoundError,
-               conflict: type[A2AError] = InvalidRequestError) -> Iterator[None]:
-    """The one translation of the mesh's problems into A2A errors; the detail
-    (what was wrong, what to do) travels as the error's message."""
-    try:
-        yield
-    except Problem as problem:
-        if problem.status == 404:
-            raise not_found(message=problem.detail) from None
-        if problem.status == 409:
-            raise conflict(message=problem.detail) from None
-        if problem.status in (400, 413, 422):
-            raise InvalidParamsError(message=problem.detail) from None
-        raise InvalidRequestError(message=problem.detail) from None
-    except ValidationError as exc:
-        raise InvalidParamsError(message=validation_problem(exc).detail) from None
+def _check_same_context(msg: Message, task: dict[str, Any]) -> None:
+    """A follow-up may name its context only as its task's (A2A: a contextId
+    that differs from the task's is refused)."""
+    if msg.context_id and msg.context_id != task["context_id"]:
+        raise InvalidParamsError(
+            message=f"contextId '{msg.context_id[:200]}' is not the context of task "
+                    f"'{task['task_id']}' ('{task['context_id']}'); send the task's contextId "
+                    "or none")
+
+
+def _history_length(request: Any) -> int | None:
+    """The request's historyLength (None when unset); negative is invalid."""
+    if not request.HasField("history_length"):
+        return None
+    if request.history_length < 0:
+        raise InvalidParamsError(message=f"historyLength must be 0 or more (0: no history; "
+                                         f"unset: all), got {request.history_length}")
+    return int(request.history_length)
 
 
 class MeshRequestHandler(RequestHandler):
@@ -111,10 +110,11 @@ class MeshRequestHandler(RequestHandler):
         task. Idempotent by the A2A messageId (the mesh message_id)."""
         s, msg = c.state, params.message
         body = mapping.message_from_a2a(msg)
-        with a2a_errors():
+        with a2a_errors(closed=UnsupportedOperationError):
             check_storable(body)
             if msg.task_id:
-                await self._task_json(c, msg.task_id)
+                task = await self._task_json(c, msg.task_id)
+                _check_same_context(msg, task)
                 await tasks.append_message(s.pool, s.settings, c.me, msg.task_id,
                                            MessageIn.model_validate(body), wakeup=s.wakeup)
                 return msg.task_id
@@ -130,9 +130,8 @@ class MeshRequestHandler(RequestHandler):
         # Answered at once, whatever the configuration asks: the serving agent may be
         # offline for hours. GetTask or SubscribeToTask follow the task from here.
         c = _call(context)
+        history = _history_length(params.configuration)
         task_id = await self._send(c, params)
-        history = params.configuration.history_length \
-            if params.configuration.HasField("history_length") else None
         return mapping.task(await self._task_json(c, task_id), history_length=history)
 
     @validate_request_params
@@ -160,14 +159,17 @@ class MeshRequestHandler(RequestHandler):
     @validate_request_params
     async def on_get_task(self, params: GetTaskRequest, context: ServerCallContext) -> Task:
         c = _call(context)
-        history = params.history_length if params.HasField("history_length") else None
+        history = _history_length(params)
         return mapping.task(await self._task_json(c, params.id), history_length=history)
 
     @validate_request_params
     async def on_list_tasks(self, params: ListTasksRequest,
                             context: ServerCallContext) -> ListTasksResponse:
         c = _call(context)
-        size = min(params.page_size or 50, MAX_PAGE)
+        _history_length(params)
+        if params.HasField("page_size"):
+            validate_page_size(params.page_size)  # the spec's 1…100, the SDK's wording
+        size = params.page_size or DEFAULT_PAGE
         with a2a_errors():
             page = await tasks.list_tasks(
                 c.state.pool, c.me, state=mapping.state_from_a2a(params.status),

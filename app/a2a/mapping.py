@@ -11,7 +11,7 @@ from typing import Any
 
 from a2a.server.events.event_queue import Event
 from a2a.types.a2a_pb2 import Message, Part, StreamResponse, Task, TaskState
-from a2a.utils.errors import InvalidParamsError
+from a2a.utils.errors import ContentTypeNotSupportedError, InvalidParamsError
 from google.protobuf.json_format import MessageToDict, ParseDict
 
 from app.domain.task_states import TERMINAL
@@ -21,6 +21,14 @@ from app.event_wire import format_timestamp
 # sequence under this metadata key; a client resumes with ``Last-Event-ID``.
 RESUME_EXTENSION = "https://agent-mesh.dev/a2a/extensions/resume/v1"
 SEQ_KEY = "agent-mesh.seq"
+
+# The card's input and output modes, and every media type a part sent to the mesh
+# may have (ADR 034): a text part is carried as plain text and a data part as
+# JSON (the mesh keeps no media type for either), a file as opaque bytes.
+MEDIA_TYPES = ("text/plain", "application/json", "application/octet-stream")
+# A part without a media type has its kind's.
+_KIND_MEDIA_TYPE = {"text": "text/plain", "data": "application/json",
+                    "raw": "application/octet-stream", "url": "application/octet-stream"}
 
 # The one mapping of task states (mesh names are A2A v0.3's kebab-case names).
 _STATE_TO_A2A: dict[str, int] = {
@@ -78,8 +86,22 @@ def part_to_a2a(part: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def check_media_type(part: Part) -> None:
+    """ContentTypeNotSupportedError for a part whose media type is not one of the
+    card's input modes (compared without parameters, case-insensitively)."""
+    content = part.WhichOneof("content")
+    declared = part.media_type.split(";", 1)[0].strip().lower()
+    media = declared or _KIND_MEDIA_TYPE.get(content or "", "")
+    if media and media not in MEDIA_TYPES:
+        raise ContentTypeNotSupportedError(
+            message=f"media type '{part.media_type[:100]}' is not one of this agent's input "
+                    f"modes ({', '.join(MEDIA_TYPES)}); send text as text/plain, JSON as "
+                    "application/json and any other file as application/octet-stream")
+
+
 def part_from_a2a(part: Part) -> dict[str, Any]:
     """An A2A part as the mesh's part JSON (validated again by the mesh's schema)."""
+    check_media_type(part)
     content = part.WhichOneof("content")
     out: dict[str, Any]
     if content == "text":

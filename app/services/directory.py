@@ -9,12 +9,16 @@ from __future__ import annotations
 
 import base64
 import binascii
+import re
 
 import asyncpg
 
 from app.errors import bad_request
 from app.responses import DirectoryEntry, DirectoryPage
 from app.store import directory as store
+
+_CURSOR = re.compile(r"o:([0-9]{1,19})")  # ASCII digits only: int() takes others
+OFFSET_MAX = 2**63 - 1  # Postgres OFFSET is a bigint
 
 
 async def search(pool: asyncpg.Pool, *, q: str, skill: str | None, limit: int,
@@ -31,11 +35,17 @@ def encode_cursor(offset: int) -> str:
 
 
 def decode_cursor(cursor: str) -> int:
+    """The offset of a cursor this module issued: ``o:<digits>``, at most a Postgres
+    bigint (anything larger would fail in the query, a 500)."""
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
-        tag, offset = raw.split(":", 1)
-        if tag != "o" or int(offset) < 0:
-            raise ValueError(raw)
-        return int(offset)
-    except (ValueError, binascii.Error, UnicodeDecodeError) as exc:
-        raise bad_request("invalid cursor; pass the next_cursor of a previous page") from exc
+    except (ValueError, binascii.Error) as exc:  # UnicodeDecodeError is a ValueError
+        raise _bad_cursor() from exc
+    match = _CURSOR.fullmatch(raw)
+    if match is None or int(match[1]) > OFFSET_MAX:
+        raise _bad_cursor()
+    return int(match[1])
+
+
+def _bad_cursor() -> Exception:
+    return bad_request("invalid cursor; pass the next_cursor of a previous page")
