@@ -47,7 +47,7 @@ from app.services.task_creates import CreateBatcher
 from app.settings import Settings, load_settings
 from app.sse_response import StreamsOutside
 from app.store.events import relay_wakeup_channel
-from app.stream_slots import StreamSlots
+from app.stream_slots import StreamSlots, feed_refusal
 from app.unavailable import UNAVAILABLE, handle_unavailable
 
 log = logging.getLogger("mesh.app")
@@ -131,6 +131,8 @@ def create_app(settings: Settings | None = None) -> MeshApp:
                                auth_throttle=AuthThrottle(redis, settings),
                                kdf=Kdf.from_settings(settings),
                                sse_slots=StreamSlots(settings.sse_max_streams_per_agent),
+                               feed_slots=StreamSlots(
+                                   settings.console_feed_max_streams_per_owner, feed_refusal),
                                principals=principals, reach=reach, creates=creates,
                                commit_notices=notices, receipts=receipts,
                                sse_recheck=Recheck(pool, settings.sse_recheck_seconds))

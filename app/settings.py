@@ -110,6 +110,9 @@ class Settings(BaseSettings):
     kdf_queue: int = 64
     # Open SSE streams per agent per web process; past it 429 (0: no cap).
     sse_max_streams_per_agent: int = 32
+    # Open console live-feed streams per owner per web process; past it 429 (0: no
+    # cap). Each holds a reader per agent of the owner (ADR 032).
+    console_feed_max_streams_per_owner: int = 32
 
     # --- web path caches (issue 13, ADR 020) -------------------------------------
     # Per web process: tokens → principals and (sender, recipient) → relationship,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from collections.abc import AsyncIterator
@@ -13,6 +14,7 @@ from playwright.async_api import Page, expect
 
 from app.settings import Settings
 from tests.console.helpers import PASSWORD, create_agent, register, session_cookie
+from tests.support.isolated import wait_until
 from tests.support.servers import serve_app
 
 HOSTILE = '<script>alert("xss")</script><img src=x onerror="alert(1)"><b>bold</b>'
@@ -269,3 +271,50 @@ async def test_console_password_checks_share_the_bounded_hasher(open_page, mesh,
     assert status == 503 and headers["retry-after"] == "1"
     await expect(page.get_by_role("alert")).to_contain_text("too many logins")
     assert not await has_session(page)
+
+
+# --- the live feed's streams are capped per owner ----------------------------------
+
+FEED_CAP = 4
+
+
+@pytest.mark.parametrize("throttled", [{"console_feed_max_streams_per_owner": FEED_CAP}],
+                         indirect=True)
+async def test_feed_streams_per_owner_are_capped(open_page, throttled, uniq):
+    page = (await open_page(throttled)).page
+    await register(page, f"feed{uniq}")
+    # The dashboard's live updates are the first of the owner's feed streams.
+    await expect(page.locator("[data-live-status]")).to_have_text("live")
+    cookie = await session_cookie(page)
+    async with contextlib.AsyncExitStack() as stack:
+        http = await stack.enter_async_context(httpx.AsyncClient(
+            base_url=throttled, cookies={"mesh_console": cookie}, timeout=30))
+
+        async def open_feed() -> httpx.Response:
+            return await stack.enter_async_context(http.stream("GET", "/console/feed/stream"))
+
+        # A script with the session cookie opens cap + 2 more.
+        opened = [await open_feed() for _ in range(FEED_CAP + 2)]
+        statuses = [r.status_code for r in opened]
+        assert statuses == [200] * (FEED_CAP - 1) + [429] * 3, statuses
+        refused = opened[-1]
+        await refused.aread()
+        assert refused.headers["content-type"].startswith("application/problem+json")
+        assert "live-feed streams" in refused.json()["detail"]
+        assert int(refused.headers["Retry-After"]) >= 1
+
+        # Another owner is not affected by this one's streams.
+        other = (await open_page(throttled)).page
+        await register(other, f"feed2{uniq}")
+        async with httpx.AsyncClient(base_url=throttled, timeout=30,
+                                     cookies={"mesh_console": await session_cookie(other)}
+                                     ) as theirs, theirs.stream("GET", "/console/feed/stream") as r:
+            assert r.status_code == 200
+
+        # Closing one stream frees its slot.
+        await opened[0].aclose()
+
+        async def reopened() -> bool:
+            async with http.stream("GET", "/console/feed/stream") as r:
+                return r.status_code == 200
+        await wait_until(reopened, "a slot freed by a closed feed stream")
