@@ -1,4 +1,8 @@
-"""Throttling the unauthenticated doors: register, login, API-key exchange.
+"""Throttling the unauthenticated doors: register, login, API keys.
+
+Every way in meets the same buckets: the API's login and the console's sign-in
+form, the token exchange and A2A's ``X-API-Key`` (app.services.accounts'
+``login_at``, ``register_at`` and ``agent_by_key``, ADR 032).
 
 The per-agent limiter (app.ratelimit) runs after authentication; these routes
 are before it, so anyone could try passwords or keys as fast as the gateway
@@ -11,7 +15,8 @@ web processes share them, keyed by what the caller cannot choose freely:
   logs in;
 - ``login_failures_account``: failed logins per username from anywhere, a
   looser cap against many addresses guessing one account;
-- ``token_failures``: failed key exchanges per address.
+- ``token_failures``: wrong API keys per address, whether sent to the token
+  exchange or as A2A's ``X-API-Key``.
 
 Failure buckets are *peeked* before the check (an empty one refuses without
 spending a hash) and *taken* from only when the check failed, so an owner who
@@ -133,7 +138,7 @@ WHY = {
     "login_failures": "too many failed logins for this account from your address",
     "login_failures_account": "too many failed logins for this account",
     "token": "too many API-key exchanges from your address",
-    "token_failures": "too many failed API-key exchanges from your address",
+    "token_failures": "too many failed API-key attempts from your address",
 }
 
 

@@ -44,10 +44,10 @@ from app.services.kdf import Kdf
 from app.services.principal_cache import PrincipalCache
 from app.services.reach_cache import ReachCache
 from app.services.task_creates import CreateBatcher
-from app.settings import Settings, load_settings
+from app.settings import Settings, load_settings, refusals
 from app.sse_response import StreamsOutside
 from app.store.events import relay_wakeup_channel
-from app.stream_slots import StreamSlots
+from app.stream_slots import StreamSlots, feed_refusal
 from app.unavailable import UNAVAILABLE, handle_unavailable
 
 log = logging.getLogger("mesh.app")
@@ -93,9 +93,20 @@ def api_routes() -> list[BaseRoute]:
             *admin.routes, *timeline.routes, *teams.routes]
 
 
+def refuse_unsafe(settings: Settings) -> None:
+    """Exit (non-zero, the reason on stderr and in the log) before serving with
+    settings a deployment must not run with (ADR 032)."""
+    reasons = refusals(settings)
+    if reasons:
+        for reason in reasons:
+            log.critical("refusing to start: %s", reason)
+        raise SystemExit("refusing to start: " + "; ".join(reasons))
+
+
 def create_app(settings: Settings | None = None) -> MeshApp:
     settings = settings or load_settings()
     setup_logging(settings, "web")
+    refuse_unsafe(settings)
     init_sentry(settings, "web")
 
     @contextlib.asynccontextmanager
@@ -131,6 +142,8 @@ def create_app(settings: Settings | None = None) -> MeshApp:
                                auth_throttle=AuthThrottle(redis, settings),
                                kdf=Kdf.from_settings(settings),
                                sse_slots=StreamSlots(settings.sse_max_streams_per_agent),
+                               feed_slots=StreamSlots(
+                                   settings.console_feed_max_streams_per_owner, feed_refusal),
                                principals=principals, reach=reach, creates=creates,
                                commit_notices=notices, receipts=receipts,
                                sse_recheck=Recheck(pool, settings.sse_recheck_seconds))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import hmac
 import secrets
 import time
 from dataclasses import dataclass
@@ -61,10 +60,6 @@ def parse_api_key(api_key: str) -> str | None:
     if len(parts) != 3 or parts[0] != "mk" or not parts[1] or not parts[2]:
         return None
     return parts[1]
-
-
-def api_key_matches(api_key: str, key_hash: str) -> bool:
-    return hmac.compare_digest(hash_api_key(api_key), key_hash)
 
 
 # --- JWT ----------------------------------------------------------------------

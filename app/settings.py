@@ -11,6 +11,10 @@ from typing import Literal
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+# In the source for anyone to read: a gateway outside development refuses it
+# (:func:`refusals`), or anyone could sign owner and agent tokens.
+DEFAULT_JWT_SECRET = "dev-insecure-change-me-0123456789abcdef"
+
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="MESH_", extra="ignore")
@@ -35,6 +39,9 @@ class Settings(BaseSettings):
     db_pool_min: int = 2
     db_pool_max: int = 20
 
+    # "dev" allows what a real deployment must not have (the default JWT secret).
+    env: str = "production"
+
     # --- HTTP ---------------------------------------------------------------
     host: str = "127.0.0.1"
     port: int = 8080
@@ -43,7 +50,7 @@ class Settings(BaseSettings):
     admin_usernames: list[str] = Field(default_factory=list)
 
     # --- auth ---------------------------------------------------------------
-    jwt_secret: str = "dev-insecure-change-me-0123456789abcdef"
+    jwt_secret: str = DEFAULT_JWT_SECRET
     jwt_issuer: str = "agent-mesh"
     owner_token_ttl_seconds: int = 3600
     agent_token_ttl_seconds: int = 3600
@@ -110,6 +117,9 @@ class Settings(BaseSettings):
     kdf_queue: int = 64
     # Open SSE streams per agent per web process; past it 429 (0: no cap).
     sse_max_streams_per_agent: int = 32
+    # Open console live-feed streams per owner per web process; past it 429 (0: no
+    # cap). Each holds a reader per agent of the owner (ADR 032).
+    console_feed_max_streams_per_owner: int = 32
 
     # --- web path caches (issue 13, ADR 020) -------------------------------------
     # Per web process: tokens → principals and (sender, recipient) → relationship,
@@ -143,6 +153,16 @@ class Settings(BaseSettings):
         if self.bus == "auto":
             return "kafka" if self.kafka_bootstrap else "redis"
         return self.bus
+
+
+def refusals(settings: Settings) -> list[str]:
+    """Why a gateway must not start with these settings, each naming its setting."""
+    if settings.jwt_secret == DEFAULT_JWT_SECRET and settings.env != "dev":
+        return ["MESH_JWT_SECRET is the default written in the source code, so anyone could "
+                "sign owner and agent tokens with it: set MESH_JWT_SECRET to a long random "
+                "value (python -c 'import secrets; print(secrets.token_urlsafe(48))'), the same "
+                "in every web process, or set MESH_ENV=dev for local development"]
+    return []
 
 
 def load_settings(**overrides: object) -> Settings:

@@ -103,6 +103,45 @@ async def test_admin_endpoints_need_an_admin_owner(
     assert (await admin.get("/v1/admin/outbox/dead", params={"limit": 0})).status_code == 422
 
 
+async def test_removing_a_name_from_the_admin_list_revokes_admin_on_the_next_request(
+        iso: Settings, uniq: str) -> None:
+    """An admin whose name the operator took off MESH_ADMIN_USERNAMES keeps
+    neither the admin API nor the console's operations page: not through the
+    owner token issued while admin, not through a new login, not through a
+    console session started while admin."""
+    boss = f"boss{uniq}"
+    listed = iso.model_copy(update={"admin_usernames": [boss]})
+    async with serve_app(listed) as url, MeshFactory.connect(url) as mesh:
+        owner = await mesh.owner(boss)
+        ok(await owner.get("/v1/admin/outbox"))
+        pre = (await mesh.http.get("/console/signin")).cookies["mesh_console_pre"]
+        resp = await mesh.http.post("/console/signin", data={
+            "username": boss, "password": owner.password, "csrf": pre},
+            headers={"Cookie": f"mesh_console_pre={pre}"})
+        assert resp.status_code == 303, resp.text
+        console = resp.cookies["mesh_console"]
+        resp = await mesh.http.get("/console/ops", headers={"Cookie": f"mesh_console={console}"})
+        assert resp.status_code == 200
+    # The operator restarts the gateway without the name.
+    async with serve_app(iso.model_copy(update={"admin_usernames": []})) as url, \
+            httpx.AsyncClient(base_url=url) as http:
+        for path in ("/v1/admin/outbox", "/v1/admin/outbox/dead"):
+            resp = await http.get(path, headers=owner.headers)
+            assert resp.status_code == 403, resp.text
+            assert "MESH_ADMIN_USERNAMES" in resp.json()["detail"]
+        resp = await http.post("/v1/auth/login", json={"username": boss,
+                                                       "password": owner.password})
+        fresh = {"Authorization": f"Bearer {ok(resp)['access_token']}"}
+        assert (await http.get("/v1/admin/outbox", headers=fresh)).status_code == 403
+        resp = await http.get("/console/ops", headers={"Cookie": f"mesh_console={console}"})
+        assert resp.status_code == 403
+        # Still an owner: everything else works.
+        assert (await http.get("/v1/agents", headers=owner.headers)).status_code == 200
+    # Put back on the list, the same account is admin again.
+    async with serve_app(listed) as url, httpx.AsyncClient(base_url=url) as http:
+        ok(await http.get("/v1/admin/outbox", headers=owner.headers))
+
+
 # --- dead letters and retry --------------------------------------------------------
 
 async def test_dead_letters_are_listed_and_retried_into_exactly_one_delivery(

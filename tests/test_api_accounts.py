@@ -14,6 +14,7 @@ from app import security
 from app.settings import Settings
 from tests.api_helpers import ok, problem, text_message
 from tests.support.meshapi import AgentHandle
+from tests.support.procs import MeshProcess
 
 PASSWORD = "correct horse battery"
 
@@ -98,6 +99,30 @@ async def test_token_signed_with_another_secret_is_401(mesh, migrated):
     forged, _ = security.issue_token(other, "agent", a.agent_id, key_id=a.key_id)
     resp = await mesh.http.get("/v1/mesh/me", headers={"Authorization": f"Bearer {forged}"})
     problem(resp, 401, "invalid token")
+
+
+async def test_the_gateway_refuses_to_start_with_the_default_jwt_secret(migrated: Settings):
+    """Anyone can read the default secret in the source and sign owner tokens
+    with it: outside development the gateway does not start with it."""
+    default = Settings.model_fields["jwt_secret"].default
+    forgeable = migrated.model_copy(update={"jwt_secret": default})
+    web = MeshProcess("web", forgeable)
+    try:
+        with pytest.raises(RuntimeError) as refused:
+            await web.start()
+        assert web.proc is not None and web.proc.returncode not in (0, None)
+        assert "MESH_JWT_SECRET" in str(refused.value)
+        assert "MESH_ENV=dev" in str(refused.value)
+    finally:
+        web.stop_quietly()
+    # In development the default is allowed (the embedded stack generates one anyway).
+    dev = MeshProcess("web", forgeable, env="dev")
+    try:
+        await dev.start()
+        async with httpx.AsyncClient(base_url=dev.url) as http:
+            assert (await http.get("/healthz")).status_code == 200
+    finally:
+        dev.stop_quietly()
 
 
 async def test_expired_token_is_401(mesh, migrated):

@@ -143,3 +143,50 @@ async def test_kdf_runs_a_bounded_number_of_hashes_and_refuses_past_its_queue() 
     await asyncio.gather(*tasks)
     assert most == 1
     assert await kdf.verify_password(await kdf.hash_password("pw one two"), "pw one two")
+
+
+def a2a_call(text: str = "hello") -> dict[str, object]:
+    return {"jsonrpc": "2.0", "id": 1, "method": "message/send", "params": {"message": {
+        "role": "user", "messageId": "m1", "parts": [{"kind": "text", "text": text}]}}}
+
+
+async def key_last_used(http: httpx.AsyncClient, owner: dict[str, str], agent_id: str,
+                        key_id: str) -> str | None:
+    keys = (await http.get(f"/v1/agents/{agent_id}/keys", headers=owner)).json()["keys"]
+    return next(k["last_used_at"] for k in keys if k["key_id"] == key_id)  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("throttled", [{"token_failures": (SLOW, 3)}], indirect=True)
+async def test_wrong_x_api_keys_back_off_and_leave_last_used_alone(
+        throttled: httpx.AsyncClient, uniq: str) -> None:
+    """An attacker who knows a key id (it is in every key, and in logs) tries
+    secrets through A2A's ``X-API-Key`` and the token exchange."""
+    http = throttled
+    assert (await register(http, f"x{uniq}")).status_code == 201
+    token = (await login(http, f"x{uniq}", PASSWORD, "10.5.0.9")).json()["access_token"]
+    owner = {"Authorization": f"Bearer {token}"}
+    target = (await http.post("/v1/agents", json={"name": "t"}, headers=owner)).json()
+    key = (await http.post(f"/v1/agents/{target['agent_id']}/keys", headers=owner)).json()
+    forged = f"mk_{key['key_id']}_not-the-secret"
+
+    statuses = []
+    for _ in range(5):
+        resp = await http.post(f"/a2a/{target['agent_id']}", json=a2a_call(),
+                               headers={"X-API-Key": forged, **at("10.5.0.1")})
+        statuses.append(resp.status_code)
+    assert statuses == [401, 401, 401, 429, 429], statuses
+    too_many(resp, "API-key")
+    # The failures share the exchange's bucket: the same address is refused there too.
+    too_many(await http.post("/v1/auth/token", json={"api_key": forged}, headers=at("10.5.0.1")),
+             "API-key")
+    problem(await http.post("/v1/auth/token", json={"api_key": forged}, headers=at("10.5.0.2")),
+            401)
+    # No wrong secret marked the key used.
+    assert await key_last_used(http, owner, target["agent_id"], key["key_id"]) is None
+    # The right key from the locked address is refused without a look-up; elsewhere it works.
+    too_many(await http.post(f"/a2a/{target['agent_id']}", json=a2a_call(),
+                             headers={"X-API-Key": key["api_key"], **at("10.5.0.1")}), "API-key")
+    resp = await http.post("/v1/auth/token", json={"api_key": key["api_key"]},
+                           headers=at("10.5.0.3"))
+    assert resp.status_code == 200, resp.text
+    assert await key_last_used(http, owner, target["agent_id"], key["key_id"]) is not None

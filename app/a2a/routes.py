@@ -18,14 +18,14 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from app import fastjson, ratelimit, security
+from app import fastjson, ratelimit
 from app.a2a import card
 from app.a2a.handler import CALL_KEY, MeshCall, MeshRequestHandler
 from app.api import deps
-from app.errors import Problem, unauthorized
-from app.services import tasks
+from app.api.auth import client_address
+from app.errors import Problem
+from app.services import accounts, tasks
 from app.services.principals import Agent
-from app.store import keys as keys_store
 
 API_KEY_HEADER = "x-api-key"
 
@@ -38,11 +38,9 @@ async def caller(request: Request) -> Agent:
         return await deps.agent(request)
     deps.check_path_params(request)
     s = deps.state(request)
-    key_id = security.parse_api_key(api_key)
-    row = await keys_store.for_exchange(s.pool, key_id) if key_id else None
-    if row is None or not security.api_key_matches(api_key, row["key_hash"]):
-        raise unauthorized("unknown or revoked API key in X-API-Key")
-    me = Agent(row["agent_id"], row["owner_id"], row["kind"], row["key_id"])
+    # The token exchange's look-up and failure throttle (ADR 032).
+    me = await accounts.agent_by_key(s.pool, api_key, address=client_address(request),
+                                     throttle=s.auth_throttle, where=" in X-API-Key")
     if s.ratelimiter is not None:
         await ratelimit.require(s.ratelimiter, me.agent_id, request.method, "/a2a/{agent_id}")
     request.scope["mesh.principal"] = me

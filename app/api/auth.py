@@ -7,7 +7,6 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from app.api.deps import body, doc, json, state
-from app.errors import Problem
 from app.responses import AgentToken, OwnerToken, Registered
 from app.schemas import ApiKeyBody, Credentials, LoginBody
 from app.services import accounts
@@ -23,32 +22,20 @@ def client_address(request: Request) -> str:
      body=Credentials, response=Registered, status=201, tag="owners")
 async def register(request: Request) -> Response:
     s = state(request)
-    address = client_address(request)
-    if s.auth_throttle is not None:
-        await s.auth_throttle.attempt("register", address)
     creds = await body(request, Credentials)
-    return json(await accounts.register(s.pool, s.settings, creds.username, creds.password,
-                                        kdf=s.kdf), 201)
+    return json(await accounts.register_at(s.pool, s.settings, creds.username, creds.password,
+                                           address=client_address(request),
+                                           throttle=s.auth_throttle, kdf=s.kdf), 201)
 
 
 @doc("Log in as an owner; returns a bearer token", body=LoginBody, response=OwnerToken,
      tag="owners")
 async def login(request: Request) -> Response:
     s = state(request)
-    address = client_address(request)
-    throttle = s.auth_throttle
-    if throttle is not None:
-        await throttle.attempt("login", address)
     creds = await body(request, LoginBody)
-    if throttle is not None:
-        await throttle.before_login(creds.username, address)
-    try:
-        return json(await accounts.login(s.pool, s.settings, creds.username, creds.password,
-                                         kdf=s.kdf))
-    except Problem as exc:
-        if exc.status == 401 and throttle is not None:
-            await throttle.login_failed(creds.username, address)
-        raise
+    return json(await accounts.login_at(s.pool, s.settings, creds.username, creds.password,
+                                        address=client_address(request),
+                                        throttle=s.auth_throttle, kdf=s.kdf))
 
 
 @doc("Exchange an agent's API key for a short-lived bearer token", body=ApiKeyBody,
@@ -56,17 +43,13 @@ async def login(request: Request) -> Response:
 async def token(request: Request) -> Response:
     s = state(request)
     address = client_address(request)
-    throttle = s.auth_throttle
-    if throttle is not None:
-        await throttle.attempt("token", address)
-        await throttle.before_token(address)
+    if s.auth_throttle is not None:
+        # Every exchange, right or wrong: a cap on a flood from one address. The
+        # failure bucket is agent_by_key's, shared with A2A's X-API-Key.
+        await s.auth_throttle.attempt("token", address)
     key = await body(request, ApiKeyBody)
-    try:
-        return json(await accounts.exchange_api_key(s.pool, s.settings, key.api_key))
-    except Problem as exc:
-        if exc.status == 401 and throttle is not None:
-            await throttle.token_failed(address)
-        raise
+    return json(await accounts.exchange_api_key(s.pool, s.settings, key.api_key,
+                                                address=address, throttle=s.auth_throttle))
 
 
 routes = [

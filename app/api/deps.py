@@ -56,6 +56,8 @@ class State:
     kdf: Any = None
     # app.stream_slots.StreamSlots: open SSE streams per agent in this process.
     sse_slots: Any = None
+    # The same, per owner, for the console's live-feed streams (ADR 032).
+    feed_slots: Any = None
     # The after-commit long-poll wake-ups and the batched receipts (ADR 021).
     commit_notices: CommitNotices | None = None
     receipts: ReceiptBatcher | None = None  # the long-poll passes it to record_delivery

@@ -35,6 +35,7 @@ from app.services.inbox_stream import InboxStream
 from app.services.principals import Agent, Owner
 from app.services.stream import InboxReader
 from app.store import inbox as inbox_store
+from app.stream_slots import Lease
 
 log = logging.getLogger("mesh.console")
 
@@ -96,7 +97,7 @@ async def _open(request: Request, owner: Owner, agents: list[AgentOut],
 
 
 async def _merged(request: Request, session: sessions.Session, streams: list[InboxStream],
-                  cursor: dict[str, int]) -> AsyncIterator[bytes]:
+                  cursor: dict[str, int], lease: Lease | None) -> AsyncIterator[bytes]:
     s = request.app.state.mesh
     queue: asyncio.Queue[tuple[str, WireEvent]] = asyncio.Queue(maxsize=1000)
 
@@ -125,6 +126,8 @@ async def _merged(request: Request, session: sessions.Session, streams: list[Inb
             # No ``event:`` line: the page's one ``onmessage`` handler takes every type.
             yield b"id: %s\r\ndata: %s\r\n\r\n" % (encode_cursor(cursor).encode(), data)
     finally:
+        if lease is not None:
+            lease.release()
         for t in tasks:
             t.cancel()
         for t in tasks:
@@ -137,11 +140,15 @@ async def stream(request: Request) -> Response:
     if who is None:
         return Response("sign in first", status_code=401, media_type="text/plain")
     owner, session = who
+    s = request.app.state.mesh
+    # Before any reader is opened: past the cap the refusal costs nothing. The
+    # stream's end releases the slot (a response never sent: the lease's own end).
+    lease = s.feed_slots.acquire(f"owner:{owner.user_id}") if s.feed_slots is not None else None
     cursor = decode_cursor(request.headers.get("last-event-id") or request.query_params.get("cursor"))
-    agents = (await accounts.list_agents(request.app.state.mesh.pool, owner)).agents
+    agents = (await accounts.list_agents(s.pool, owner)).agents
     streams = await _open(request, owner, agents, cursor)
     start = {st.who.agent_id: st.source.last for st in streams}  # type: ignore[attr-defined]
-    return EventSourceResponse(_merged(request, session, streams, start), ping=0,
+    return EventSourceResponse(_merged(request, session, streams, start, lease), ping=0,
                                headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
 

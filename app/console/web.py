@@ -26,6 +26,7 @@ from app.api.deps import State, check_path_params, check_storable, state
 from app.console import csrf
 from app.console import session as sessions
 from app.errors import Problem, validation_problem
+from app.services import accounts
 from app.services.principals import Owner
 from app.store import users as users_store
 
@@ -125,7 +126,7 @@ async def signed_in(request: Request) -> tuple[Owner, sessions.Session] | None:
     user = await users_store.by_id(s.pool, session.user_id)
     if user is None:
         return None
-    return Owner(user["user_id"], user["username"], user["is_admin"]), session
+    return Owner(user["user_id"], user["username"], accounts.is_admin(s.settings, user)), session
 
 
 def to_signin(request: Request) -> Response:

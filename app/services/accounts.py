@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable
 import asyncpg
 
 from app import ids, security
+from app.auth_throttle import AuthThrottle
 from app.domain import registration
 from app.errors import Problem, conflict, forbidden, not_found, unauthorized
 from app.responses import AgentList, AgentOut, AgentToken, KeyInfo, NewKey, OwnerToken, Registered
@@ -57,14 +58,62 @@ async def login(pool: asyncpg.Pool, settings: Settings, username: str,
     return OwnerToken(access_token=token, token_type="bearer", expires_in=ttl)
 
 
-async def exchange_api_key(pool: asyncpg.Pool, settings: Settings, api_key: str) -> AgentToken:
+# --- the doors: every way in goes through these (ADR 032) ----------------------------
+
+async def register_at(pool: asyncpg.Pool, settings: Settings, username: str, password: str, *,
+                      address: str, throttle: AuthThrottle | None, kdf: Kdf) -> Registered:
+    """A registration from ``address`` (the API's and the console's): the
+    per-address bucket, then the process's bounded hasher."""
+    if throttle is not None:
+        await throttle.attempt("register", address)
+    return await register(pool, settings, username, password, kdf=kdf)
+
+
+async def login_at(pool: asyncpg.Pool, settings: Settings, username: str, password: str, *,
+                   address: str, throttle: AuthThrottle | None, kdf: Kdf) -> OwnerToken:
+    """An owner's sign-in from ``address`` (the API's login, the console's form):
+    one throttle for both, so failures through one lock the other too, and the
+    same bounded hasher."""
+    if throttle is not None:
+        await throttle.attempt("login", address)
+        await throttle.before_login(username, address)
+    try:
+        return await login(pool, settings, username, password, kdf=kdf)
+    except Problem as exc:
+        if exc.status == 401 and throttle is not None:
+            await throttle.login_failed(username, address)
+        raise
+
+
+async def agent_by_key(pool: asyncpg.Pool, api_key: str, *, address: str,
+                       throttle: AuthThrottle | None, where: str = "") -> Agent:
+    """The agent an API key names, for every place a key is presented (the token
+    exchange, A2A's ``X-API-Key``): failures are throttled per address, and only
+    the right secret marks the key used."""
+    if throttle is not None:
+        await throttle.before_token(address)
     key_id = security.parse_api_key(api_key)
-    row = await keys_store.for_exchange(pool, key_id) if key_id else None
-    if row is None or not security.api_key_matches(api_key, row["key_hash"]):
-        raise unauthorized("unknown or revoked API key")
-    token, ttl = security.issue_token(settings, "agent", row["agent_id"], key_id=row["key_id"])
+    row = await keys_store.use(pool, key_id, security.hash_api_key(api_key)) if key_id else None
+    if row is None:
+        if throttle is not None:
+            await throttle.token_failed(address)
+        raise unauthorized(f"unknown or revoked API key{where}")
+    return Agent(row["agent_id"], row["owner_id"], row["kind"], row["key_id"])
+
+
+async def exchange_api_key(pool: asyncpg.Pool, settings: Settings, api_key: str, *,
+                           address: str, throttle: AuthThrottle | None) -> AgentToken:
+    agent = await agent_by_key(pool, api_key, address=address, throttle=throttle)
+    token, ttl = security.issue_token(settings, "agent", agent.agent_id, key_id=agent.key_id)
     return AgentToken(access_token=token, token_type="bearer", expires_in=ttl,
-                      agent_id=row["agent_id"])
+                      agent_id=agent.agent_id)
+
+
+def is_admin(settings: Settings, user: asyncpg.Record) -> bool:
+    """Admin rights need both: the account registered while its name was listed
+    (so nobody else can take the name later), and the name still listed now, so
+    taking it off MESH_ADMIN_USERNAMES revokes them at the next request."""
+    return bool(user["is_admin"]) and user["username"] in settings.admin_usernames
 
 
 async def resolve(pool: asyncpg.Pool, settings: Settings, token: str, *,
@@ -86,7 +135,7 @@ async def _resolve(pool: asyncpg.Pool, settings: Settings, token: str) -> Owner 
         user = await users_store.by_id(pool, int(claims["sub"]))
         if user is None:
             raise unauthorized("the account behind this token no longer exists")
-        return Owner(user["user_id"], user["username"], user["is_admin"],
+        return Owner(user["user_id"], user["username"], is_admin(settings, user),
                      expires_at=float(claims["exp"]))
     if claims["typ"] == "agent" and "kid" in claims:
         row = await keys_store.live_agent(pool, claims["kid"], claims["sub"])

@@ -28,12 +28,16 @@ async def revoke(conn: Conn, agent_id: str, key_id: str) -> bool:
     return result.endswith(" 1")
 
 
-async def for_exchange(conn: Conn, key_id: str) -> asyncpg.Record | None:
-    """The key and its agent, for POST /v1/auth/token; marks the key used."""
+async def use(conn: Conn, key_id: str, key_hash: str) -> asyncpg.Record | None:
+    """The live key ``key_id`` with hash ``key_hash`` and its agent, marked used;
+    None (and nothing marked) for a wrong secret. Comparing the hash in SQL leaks
+    nothing worth having: it is the SHA-256 of what the caller sent, so its
+    timing tells at most how much of a digest matched, never the secret."""
     return await conn.fetchrow(
         "UPDATE api_keys k SET last_used_at = now() FROM agents a "
-        "WHERE k.key_id = $1 AND k.agent_id = a.agent_id AND k.revoked_at IS NULL "
-        "RETURNING k.key_id, k.key_hash, a.agent_id, a.owner_id, a.kind", key_id)
+        "WHERE k.key_id = $1 AND k.key_hash = $2 AND k.agent_id = a.agent_id "
+        "AND k.revoked_at IS NULL "
+        "RETURNING k.key_id, a.agent_id, a.owner_id, a.kind", key_id, key_hash)
 
 
 async def live_agent(conn: Conn, key_id: str, agent_id: str) -> asyncpg.Record | None:

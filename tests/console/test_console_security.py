@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
+from collections.abc import AsyncIterator
 
 import httpx
-from playwright.async_api import expect
+import pytest
+import redis.asyncio as aioredis
+from playwright.async_api import Page, expect
 
+from app.settings import Settings
 from tests.console.helpers import PASSWORD, create_agent, register, session_cookie
+from tests.support.isolated import wait_until
+from tests.support.servers import serve_app
 
 HOSTILE = '<script>alert("xss")</script><img src=x onerror="alert(1)"><b>bold</b>'
 
@@ -146,3 +153,168 @@ async def test_session_cookie_flags(open_page, gateway, uniq):
                        if v.startswith("mesh_console="))
         flags = {f.strip().lower() for f in session.split(";")[1:]}
         assert {"httponly", "secure", "samesite=strict", "path=/console"} <= flags
+
+
+# --- one throttle for every way in (ADR 032) --------------------------------------
+
+SLOW = 0.0001  # a refill so slow that no test sees a token come back
+
+
+@pytest.fixture
+async def throttled(migrated: Settings, redis_client: aioredis.Redis,
+                    request: pytest.FixtureRequest) -> AsyncIterator[str]:
+    """A gateway of its own with the login throttle on (the session's has it off)
+    and the settings ``request.param`` names."""
+    async for key in redis_client.scan_iter("mesh:auth:*"):
+        await redis_client.delete(key)
+    update = {"auth_throttle_enabled": True, **getattr(request, "param", {})}
+    async with serve_app(migrated.model_copy(update=update)) as url:
+        yield url
+
+
+async def from_address(page: Page, address: str) -> None:
+    # uvicorn trusts X-Forwarded-For from 127.0.0.1, as behind a real proxy.
+    await page.context.set_extra_http_headers({"X-Forwarded-For": address})
+
+
+async def submit(page: Page, form: str, username: str, password: str) -> tuple[int, dict[str, str]]:
+    """Fill and send the sign-in (``form="signin"``) or register form as a person
+    does; the status and headers of the POST's answer."""
+    await page.goto(f"/console/{form}")
+    await page.get_by_label("Username").fill(username)
+    await page.get_by_label("Password").fill(password)
+    button = "Sign in" if form == "signin" else "Register"
+    async with page.expect_response(lambda r: r.url.endswith(f"/console/{form}")
+                                    and r.request.method == "POST") as answer:
+        await page.get_by_role("button", name=button).click()
+    resp = await answer.value
+    await page.wait_for_load_state()
+    return resp.status, resp.headers
+
+
+async def has_session(page: Page) -> bool:
+    return any(c["name"] == "mesh_console" for c in await page.context.cookies())
+
+
+@pytest.mark.parametrize("throttled", [{"auth_limits": {"login_failures": (SLOW, 3),
+                                                         "login_failures_account": (SLOW, 6)}}],
+                         indirect=True)
+async def test_console_sign_in_meets_the_apis_login_throttle(open_page, throttled, uniq):
+    victim = f"vic{uniq}"
+    async with httpx.AsyncClient(base_url=throttled, headers={"X-Forwarded-For": "10.7.0.9"}
+                                 ) as http:
+        resp = await http.post("/v1/auth/register", json={"username": victim,
+                                                          "password": PASSWORD})
+        assert resp.status_code == 201, resp.text
+
+    guesser = (await open_page(throttled)).page
+    await from_address(guesser, "10.7.0.1")
+    statuses = [(await submit(guesser, "signin", victim, f"guess {i} wrong"))[0]
+                for i in range(12)]
+    assert statuses == [401] * 3 + [429] * 9, statuses
+    # The right password from the guesser's address is refused too (no hash spent),
+    # shown on the form with the problem's detail and Retry-After.
+    status, headers = await submit(guesser, "signin", victim, PASSWORD)
+    assert status == 429 and int(headers["retry-after"]) >= 1
+    await expect(guesser.get_by_role("alert")).to_contain_text("failed logins for this account")
+    await expect(guesser.get_by_role("alert")).to_contain_text("retry after")
+    assert not await has_session(guesser)
+
+    # The API counts the console's failures: the same address is locked there too.
+    async with httpx.AsyncClient(base_url=throttled) as http:
+        resp = await http.post("/v1/auth/login", json={"username": victim, "password": PASSWORD},
+                               headers={"X-Forwarded-For": "10.7.0.1"})
+        assert resp.status_code == 429, resp.text
+        # Guesses from more addresses through the API use up the account's bucket ...
+        for address in ("10.7.0.2", "10.7.0.3", "10.7.0.4"):
+            resp = await http.post("/v1/auth/login", json={"username": victim,
+                                                           "password": "still wrong"},
+                                   headers={"X-Forwarded-For": address})
+            assert resp.status_code == 401, resp.text
+    # ... and the account is locked for the console as well, from a new address.
+    owner = (await open_page(throttled)).page
+    await from_address(owner, "10.7.0.5")
+    status, headers = await submit(owner, "signin", victim, PASSWORD)
+    assert status == 429 and int(headers["retry-after"]) >= 1
+    await expect(owner.get_by_role("alert")).to_contain_text("failed logins for this account")
+    assert not await has_session(owner)
+
+
+@pytest.mark.parametrize("throttled", [{"auth_limits": {"register": (SLOW, 2)}}], indirect=True)
+async def test_console_registration_meets_the_per_address_throttle(open_page, throttled, uniq):
+    page = (await open_page(throttled)).page
+    await from_address(page, "10.8.0.1")
+    statuses = []
+    for i in range(5):
+        await page.context.clear_cookies()  # a new visitor each time, same address
+        statuses.append((await submit(page, "register", f"reg{i}{uniq}", PASSWORD))[0])
+    assert statuses == [303, 303, 429, 429, 429], statuses
+    await expect(page.get_by_role("alert")).to_contain_text("too many registrations")
+    async with httpx.AsyncClient(base_url=throttled) as http:
+        resp = await http.post("/v1/auth/register", json={"username": f"reg9{uniq}",
+                                                          "password": PASSWORD},
+                               headers={"X-Forwarded-For": "10.8.0.1"})
+        assert resp.status_code == 429, resp.text
+
+
+@pytest.mark.parametrize("throttled", [{"kdf_queue": 0}], indirect=True)
+async def test_console_password_checks_share_the_bounded_hasher(open_page, mesh, throttled):
+    """With no room in the hasher's queue, every password check is refused:
+    the console's too, so its hashes are the same bounded ones as the API's."""
+    owner = await mesh.owner()  # registered through the session's gateway
+    async with httpx.AsyncClient(base_url=throttled) as http:
+        resp = await http.post("/v1/auth/login", json={"username": owner.username,
+                                                       "password": owner.password})
+        assert resp.status_code == 503, resp.text
+    page = (await open_page(throttled)).page
+    status, headers = await submit(page, "signin", owner.username, owner.password)
+    assert status == 503 and headers["retry-after"] == "1"
+    await expect(page.get_by_role("alert")).to_contain_text("too many logins")
+    assert not await has_session(page)
+
+
+# --- the live feed's streams are capped per owner ----------------------------------
+
+FEED_CAP = 4
+
+
+@pytest.mark.parametrize("throttled", [{"console_feed_max_streams_per_owner": FEED_CAP}],
+                         indirect=True)
+async def test_feed_streams_per_owner_are_capped(open_page, throttled, uniq):
+    page = (await open_page(throttled)).page
+    await register(page, f"feed{uniq}")
+    # The dashboard's live updates are the first of the owner's feed streams.
+    await expect(page.locator("[data-live-status]")).to_have_text("live")
+    cookie = await session_cookie(page)
+    async with contextlib.AsyncExitStack() as stack:
+        http = await stack.enter_async_context(httpx.AsyncClient(
+            base_url=throttled, cookies={"mesh_console": cookie}, timeout=30))
+
+        async def open_feed() -> httpx.Response:
+            return await stack.enter_async_context(http.stream("GET", "/console/feed/stream"))
+
+        # A script with the session cookie opens cap + 2 more.
+        opened = [await open_feed() for _ in range(FEED_CAP + 2)]
+        statuses = [r.status_code for r in opened]
+        assert statuses == [200] * (FEED_CAP - 1) + [429] * 3, statuses
+        refused = opened[-1]
+        await refused.aread()
+        assert refused.headers["content-type"].startswith("application/problem+json")
+        assert "live-feed streams" in refused.json()["detail"]
+        assert int(refused.headers["Retry-After"]) >= 1
+
+        # Another owner is not affected by this one's streams.
+        other = (await open_page(throttled)).page
+        await register(other, f"feed2{uniq}")
+        async with httpx.AsyncClient(base_url=throttled, timeout=30,
+                                     cookies={"mesh_console": await session_cookie(other)}
+                                     ) as theirs, theirs.stream("GET", "/console/feed/stream") as r:
+            assert r.status_code == 200
+
+        # Closing one stream frees its slot.
+        await opened[0].aclose()
+
+        async def reopened() -> bool:
+            async with http.stream("GET", "/console/feed/stream") as r:
+                return r.status_code == 200
+        await wait_until(reopened, "a slot freed by a closed feed stream")
