@@ -7,7 +7,7 @@ from typing import Any
 import asyncpg
 
 from app import ids
-from app.domain.permissions import VIRTUAL_USER, can_communicate, implicitly_friends
+from app.domain.permissions import can_communicate, implicitly_friends
 from app.errors import Problem, bad_request, conflict, forbidden, not_found
 from app.responses import (
     AgentCard,
@@ -153,9 +153,7 @@ async def list_friends(pool: asyncpg.Pool, me: Agent) -> Friends:
     friends = [Friend.of(r, implicit=False) for r in rows]
     explicit = {f.agent_id for f in friends}
     friends += [Friend.of(r, since=None, implicit=True) for r in siblings
-                if r["agent_id"] not in explicit and implicitly_friends(
-                    same_owner=True,
-                    either_virtual_user=VIRTUAL_USER in (r["kind"], r["my_kind"]))]
+                if r["agent_id"] not in explicit and implicitly_friends(same_owner=True)]
     return Friends(
         friends=friends,
         incoming_requests=[_pending(r) for r in pending if r["requester"] != me.agent_id],
