@@ -189,7 +189,9 @@ async def test_group_lifecycle_and_group_messaging(mesh):
     problem(await alice.post(f"/v1/groups/{gid}/members", {"agent_id": b.agent_id}), 403,
             "befriend")
     await mesh.befriend(b, a1)
-    ok(await alice.post(f"/v1/groups/{gid}/members", {"agent_id": b.agent_id}), 201)
+    invited = ok(await alice.post(f"/v1/groups/{gid}/members", {"agent_id": b.agent_id}), 201)
+    assert invited["status"] == "invited"  # another owner's agent joins when it accepts
+    ok(await b.post(f"/v1/mesh/groups/invitations/{gid}/accept"))
     # b and a2 are not friends, but share the group now.
     await b.send(a2.agent_id, "hello via the group")
 
