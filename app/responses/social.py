@@ -88,7 +88,7 @@ class Membership(Out):
     agent_id: str
     role: str
     joined_at: Timestamp | None
-    status: str = "member"
+    status: str
 
 
 class GroupInvitation(Out):
@@ -98,7 +98,7 @@ class GroupInvitation(Out):
     agent_id: str
     role: str
     invited_at: Timestamp
-    status: str = "invited"
+    status: str
 
 
 class GroupInvitations(Out):

@@ -199,7 +199,7 @@ async def add_member(pool: asyncpg.Pool, settings: Settings, owner: Owner, group
             if row["inserted"]:
                 tx.after_commit(reach_changed)
                 await _group_notice(tx, agent_id, group, "added", role=role)
-            return Membership.of(row), bool(row["inserted"])
+            return Membership.of(row, status="member"), bool(row["inserted"])
         # Only an agent already befriended by one of this owner's agents may even
         # be invited: an invitation is not a way to reach strangers.
         if not await social_store.owner_friend_of(conn, owner.user_id, agent_id):
@@ -207,7 +207,7 @@ async def add_member(pool: asyncpg.Pool, settings: Settings, owner: Owner, group
                             "of your agents; befriend it first")
         member = await social_store.update_role(conn, group_id, agent_id, role)
         if member is not None:
-            return Membership.of(member), False
+            return Membership.of(member, status="member"), False
         invited = await social_store.invite(conn, group_id, agent_id, role)
         if invited["inserted"]:
             await _group_notice(tx, agent_id, group, "invited", role=role)
@@ -244,7 +244,7 @@ async def remove_member(pool: asyncpg.Pool, settings: Settings, owner: Owner, gr
 
 async def group_invitations(pool: asyncpg.Pool, me: Agent) -> GroupInvitations:
     rows = await social_store.invitations_of(pool, me.agent_id)
-    return GroupInvitations(invitations=[GroupInvitation.of(r) for r in rows])
+    return GroupInvitations(invitations=[GroupInvitation.of(r, status="invited") for r in rows])
 
 
 async def accept_invitation(pool: asyncpg.Pool, me: Agent, group_id: str, *,
@@ -253,7 +253,7 @@ async def accept_invitation(pool: asyncpg.Pool, me: Agent, group_id: str, *,
         invitation = await _invitation_for(conn, me, group_id)
         row = await social_store.add_member(conn, group_id, me.agent_id, invitation["role"])
     await reach_changed()  # after the commit: the new member now shares the group
-    return Membership.of(row)
+    return Membership.of(row, status="member")
 
 
 async def reject_invitation(pool: asyncpg.Pool, me: Agent, group_id: str) -> GroupInvitation:
