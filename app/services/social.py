@@ -277,6 +277,15 @@ async def leave_group(pool: asyncpg.Pool, me: Agent, group_id: str, *,
     await reach_changed()  # the delete committed on its own
 
 
+async def owner_group_invitations(pool: asyncpg.Pool, owner: Owner,
+                                  group_id: str) -> GroupInvitations:
+    """The pending invitations of a group ``owner`` owns."""
+    async with pool.acquire() as conn:
+        await _owned_group(conn, owner, group_id)
+        rows = await social_store.invited_to(conn, group_id)
+    return GroupInvitations(invitations=[GroupInvitation.of(r, status="invited") for r in rows])
+
+
 async def owner_groups(pool: asyncpg.Pool, owner: Owner) -> list[OwnedGroup]:
     return [OwnedGroup.of(r) for r in await social_store.groups_owned(pool, owner.user_id)]
 

@@ -245,3 +245,10 @@ async def cancel_invitation(conn: Conn, group_id: str, agent_id: str) -> bool:
     result = await conn.execute(
         "DELETE FROM group_invitations WHERE group_id = $1 AND agent_id = $2", group_id, agent_id)
     return result.endswith(" 1")
+
+
+async def invited_to(conn: Conn, group_id: str) -> list[asyncpg.Record]:
+    """A group's pending invitations, for its owner."""
+    return await conn.fetch(
+        "SELECT i.*, g.name FROM group_invitations i JOIN groups g USING (group_id) "
+        "WHERE i.group_id = $1 ORDER BY i.agent_id", group_id)
