@@ -77,7 +77,7 @@ class Writes:
     async def create_tasks(self, tasks: Sequence[NewTask]) -> list[int | None]:
         """``tasks_store.create_with_events`` (see there): tasks, their first messages
         and each one's event for its serving agent. Returns each event's seq, None
-        where that agent does not exist."""
+        where that agent does not exist or the task's context is not the creator's."""
         seqs = await tasks_store.create_with_events(self.conn, tasks, topic=self._topic())
         self._wrote(t.event.agent_id for t, seq in zip(tasks, seqs, strict=True)
                     if seq is not None)

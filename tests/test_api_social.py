@@ -166,14 +166,15 @@ async def test_group_lifecycle_and_group_messaging(mesh):
     problem(await alice.post("/v1/groups", {"group_id": gid, "name": "again"}), 409, gid)
     problem(await bob.post("/v1/groups", {"group_id": gid, "name": "mine"}), 409, "taken")
 
-    # Two of alice's own agents are not friends: they cannot talk until they share a group.
-    problem(await a1.post("/v1/mesh/tasks", {"to_agent_id": a2.agent_id,
-                                             "message": text_message("x")}), 403)
+    # Two of alice's own agents trust each other (ADR 030), group or not.
+    ok(await a1.post("/v1/mesh/tasks", {"to_agent_id": a2.agent_id,
+                                        "message": text_message("x")}), 201)
+    a1_seq = ok(await a1.get("/v1/mesh/me"))["inbox_seq"]
     m1 = ok(await alice.post(f"/v1/groups/{gid}/members", {"agent_id": a1.agent_id}), 201)
     assert m1["role"] == "member"
     ok(await alice.post(f"/v1/groups/{gid}/members", {"agent_id": a2.agent_id, "role": "admin"}),
        201)
-    [notice] = (await a1.inbox())["events"]
+    [notice] = (await a1.inbox(after=a1_seq))["events"]
     assert notice["type"] == "group.notice"
     assert notice["payload"]["group_id"] == gid and notice["payload"]["notice"] == "added"
     await a1.send(a2.agent_id, "group peers may talk")
@@ -182,13 +183,15 @@ async def test_group_lifecycle_and_group_messaging(mesh):
     again = ok(await alice.post(f"/v1/groups/{gid}/members",
                                 {"agent_id": a1.agent_id, "role": "admin"}), 200)
     assert again["role"] == "admin"
-    assert len((await a1.inbox())["events"]) == 1
+    assert len((await a1.inbox(after=a1_seq))["events"]) == 1
 
     # Bob's agent: not a friend of any of alice's agents → 403; once befriended → allowed.
     problem(await alice.post(f"/v1/groups/{gid}/members", {"agent_id": b.agent_id}), 403,
             "befriend")
     await mesh.befriend(b, a1)
-    ok(await alice.post(f"/v1/groups/{gid}/members", {"agent_id": b.agent_id}), 201)
+    invited = ok(await alice.post(f"/v1/groups/{gid}/members", {"agent_id": b.agent_id}), 201)
+    assert invited["status"] == "invited"  # another owner's agent joins when it accepts
+    ok(await b.post(f"/v1/mesh/groups/invitations/{gid}/accept"))
     # b and a2 are not friends, but share the group now.
     await b.send(a2.agent_id, "hello via the group")
 
@@ -223,8 +226,8 @@ async def test_group_lifecycle_and_group_messaging(mesh):
             "group_id": gid, "name": "Crew", "notice": "deleted"}
     assert (await b.inbox(after=seqs[b.agent_id]))["events"] == []
     problem(await alice.get(f"/v1/groups/{gid}"), 404, gid)
-    problem(await a1.post("/v1/mesh/tasks", {"to_agent_id": a2.agent_id,
-                                             "message": text_message("x")}), 403)
+    problem(await b.post("/v1/mesh/tasks", {"to_agent_id": a2.agent_id,
+                                            "message": text_message("x")}), 403)
 
 
 async def test_groups_of_another_owner_are_404(mesh):

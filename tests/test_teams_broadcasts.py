@@ -177,7 +177,10 @@ async def test_refused_up_front_naming_the_recipients(mesh: MeshFactory,
     stranger = await (await mesh.owner()).agent("stranger")
     body = {"to_agent_ids": [friend.agent_id, stranger.agent_id, "ghost@nobody"],
             "message": text_message("hi"), "timeout_seconds": 60}
-    problem(await sender.post("/v1/mesh/broadcasts", body), 404, "ghost@nobody")
+    # Unknown and unreachable: one answer, naming both (ADR 030).
+    refused = problem(await sender.post("/v1/mesh/broadcasts", body), 403, "ghost@nobody",
+                      stranger.agent_id)
+    assert refused["agent_ids"] == [stranger.agent_id, "ghost@nobody"]
     body["to_agent_ids"] = body["to_agent_ids"][:2]
     refused = problem(await sender.post("/v1/mesh/broadcasts", body), 403, stranger.agent_id)
     assert refused["agent_ids"] == [stranger.agent_id]

@@ -12,6 +12,8 @@ from app.responses import (
     AgentOut,
     FriendRequestOut,
     Friends,
+    GroupInvitation,
+    GroupInvitations,
     GroupWithMembers,
     KeyList,
     Membership,
@@ -143,6 +145,40 @@ async def agent_friend_remove(request: Request) -> Response:
     return Response(status_code=204)
 
 
+@doc("Group invitations waiting for one of your agents' answer", response=GroupInvitations,
+     auth="owner", tag="owners")
+async def agent_group_invitations(request: Request) -> Response:
+    acting = await _acting_agent(request)
+    return json(await social.group_invitations(state(request).pool, acting))
+
+
+@doc("Accept a group invitation on behalf of one of your agents", response=Membership,
+     auth="owner", tag="owners")
+async def agent_group_accept(request: Request) -> Response:
+    acting = await _acting_agent(request)
+    s = state(request)
+    return json(await social.accept_invitation(s.pool, acting, request.path_params["group_id"],
+                                               reach_changed=s.reach_changed))
+
+
+@doc("Reject a group invitation on behalf of one of your agents", response=GroupInvitation,
+     auth="owner", tag="owners")
+async def agent_group_reject(request: Request) -> Response:
+    acting = await _acting_agent(request)
+    return json(await social.reject_invitation(state(request).pool, acting,
+                                               request.path_params["group_id"]))
+
+
+@doc("Take one of your agents out of a group, whoever owns it", auth="owner", status=204,
+     tag="owners")
+async def agent_group_leave(request: Request) -> Response:
+    acting = await _acting_agent(request)
+    s = state(request)
+    await social.leave_group(s.pool, acting, request.path_params["group_id"],
+                             reach_changed=s.reach_changed)
+    return Response(status_code=204)
+
+
 @doc("Create a group", body=GroupCreate, response=OwnedGroup, auth="owner", status=201,
      tag="groups")
 async def create_group(request: Request) -> Response:
@@ -173,7 +209,8 @@ async def delete_group(request: Request) -> Response:
     return Response(status_code=204)
 
 
-@doc("Add an agent to a group (yours, or another owner's that is a friend of one of yours)",
+@doc("Add an agent to a group: yours join at once; another owner's (a friend of one of "
+     "yours) is invited and joins when it accepts (status \"invited\")",
      body=GroupMemberAdd, response=Membership, auth="owner", status=201, replay_status=200,
      tag="groups")
 async def add_member(request: Request) -> Response:
@@ -212,6 +249,12 @@ routes = [
     Route("/v1/agents/{agent_id}/friends/requests/{request_id}/reject", agent_friend_reject,
           methods=["POST"]),
     Route("/v1/agents/{agent_id}/friends/{friend_id}", agent_friend_remove, methods=["DELETE"]),
+    Route("/v1/agents/{agent_id}/groups/invitations", agent_group_invitations, methods=["GET"]),
+    Route("/v1/agents/{agent_id}/groups/invitations/{group_id}/accept", agent_group_accept,
+          methods=["POST"]),
+    Route("/v1/agents/{agent_id}/groups/invitations/{group_id}/reject", agent_group_reject,
+          methods=["POST"]),
+    Route("/v1/agents/{agent_id}/groups/{group_id}", agent_group_leave, methods=["DELETE"]),
     Route("/v1/groups", create_group, methods=["POST"]),
     Route("/v1/groups", list_groups, methods=["GET"]),
     Route("/v1/groups/{group_id}", get_group, methods=["GET"]),

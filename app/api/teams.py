@@ -9,9 +9,17 @@ from starlette.routing import Route
 
 from app.api.deps import agent, body, doc, int_query, json, query_param, state, valid_id
 from app.errors import Problem
-from app.responses import BroadcastOut, ContextTimeline, DirectoryPage, GroupMessageOut
+from app.responses import (
+    BroadcastOut,
+    ContextTimeline,
+    DirectoryPage,
+    GroupInvitation,
+    GroupInvitations,
+    GroupMessageOut,
+    Membership,
+)
 from app.schemas import BroadcastCreate, GroupMessageIn
-from app.services import broadcasts, directory, group_messages, timeline
+from app.services import broadcasts, directory, group_messages, social, timeline
 
 
 @doc("Post a message to a group you are a member of: every other member gets one "
@@ -79,7 +87,47 @@ async def directory_search(request: Request) -> Response:
                                        cursor=q.get("cursor") or None))
 
 
+@doc("Group invitations waiting for your answer (another owner added you to a group; "
+     "each came as a group.notice \"invited\")", response=GroupInvitations, auth="agent",
+     tag="teams")
+async def group_invitations(request: Request) -> Response:
+    me = await agent(request)
+    return json(await social.group_invitations(state(request).pool, me))
+
+
+@doc("Accept an invitation: you become a member of the group", response=Membership,
+     auth="agent", tag="teams")
+async def accept_group_invitation(request: Request) -> Response:
+    me = await agent(request)
+    s = state(request)
+    return json(await social.accept_invitation(s.pool, me, request.path_params["group_id"],
+                                               reach_changed=s.reach_changed))
+
+
+@doc("Reject an invitation to a group", response=GroupInvitation, auth="agent", tag="teams")
+async def reject_group_invitation(request: Request) -> Response:
+    me = await agent(request)
+    return json(await social.reject_invitation(state(request).pool, me,
+                                               request.path_params["group_id"]))
+
+
+@doc("Leave a group you are a member of, whoever owns it", auth="agent", status=204,
+     tag="teams")
+async def leave_group(request: Request) -> Response:
+    me = await agent(request)
+    s = state(request)
+    await social.leave_group(s.pool, me, request.path_params["group_id"],
+                             reach_changed=s.reach_changed)
+    return Response(status_code=204)
+
+
 routes = [
+    Route("/v1/mesh/groups/invitations", group_invitations, methods=["GET"]),
+    Route("/v1/mesh/groups/invitations/{group_id}/accept", accept_group_invitation,
+          methods=["POST"]),
+    Route("/v1/mesh/groups/invitations/{group_id}/reject", reject_group_invitation,
+          methods=["POST"]),
+    Route("/v1/mesh/groups/{group_id}/members/me", leave_group, methods=["DELETE"]),
     Route("/v1/mesh/groups/{group_id}/messages", post_group_message, methods=["POST"]),
     Route("/v1/mesh/broadcasts", create_broadcast, methods=["POST"]),
     Route("/v1/mesh/broadcasts/{broadcast_id}", get_broadcast, methods=["GET"]),

@@ -1,5 +1,6 @@
-"""Friends of my agents (send, accept, reject, remove) and my groups (create,
-members and their roles, roster, delete)."""
+"""Friends of my agents (send, accept, reject, remove), my groups (create,
+members and their roles, roster, delete), and my agents' group invitations and
+memberships (accept, reject, leave)."""
 
 from __future__ import annotations
 
@@ -59,8 +60,17 @@ async def remove_friend(ctx: Ctx) -> Response:
 
 
 async def groups_page(ctx: Ctx, *, error: ActionError | None = None, status: int = 200) -> Response:
-    groups = await social.owner_groups(ctx.state.pool, ctx.owner)
-    return ctx.render("groups.html", status=status, error=error, nav="groups", groups=groups)
+    pool = ctx.state.pool
+    groups = await social.owner_groups(pool, ctx.owner)
+    # Each of my agents' invitations and groups, whoever owns them: answered and
+    # left from here (ADR 030).
+    invitations, joined = [], []
+    for a in await my_agents(ctx):
+        who = as_actor(ctx, a)
+        invitations += [(a, i) for i in (await social.group_invitations(pool, who)).invitations]
+        joined += [(a, g) for g in await social.agent_groups(pool, who)]
+    return ctx.render("groups.html", status=status, error=error, nav="groups", groups=groups,
+                      invitations=invitations, joined=joined)
 
 
 @page
@@ -84,8 +94,10 @@ async def group_page(ctx: Ctx, *, error: ActionError | None = None, status: int 
         candidates |= {f.agent_id for f in (await social.list_friends(ctx.state.pool,
                                                                       as_actor(ctx, a))).friends}
     members = {m.agent_id for m in group.members}
+    invited = (await social.owner_group_invitations(ctx.state.pool, ctx.owner,
+                                                    group.group_id)).invitations
     return ctx.render("group.html", status=status, error=error, nav="groups", group=group,
-                      candidates=sorted(candidates - members))
+                      invited=invited, candidates=sorted(candidates - members))
 
 
 @page
@@ -118,4 +130,27 @@ async def delete_group(ctx: Ctx) -> Response:
     s = ctx.state
     await social.delete_group(s.pool, s.settings, ctx.owner, ctx.path("group_id"),
                               reach_changed=s.reach_changed, wakeup=s.wakeup)
+    return back("/console/groups")
+
+
+@action("group-invitation", groups_page)
+async def answer_invitation(ctx: Ctx) -> Response:
+    who = await actor(ctx, ctx.path("agent_id"))
+    s = ctx.state
+    verb = ctx.path("verb")
+    if verb not in ("accept", "reject"):
+        raise Problem(404, f"no such answer '{verb}'; accept or reject")
+    if verb == "accept":
+        await social.accept_invitation(s.pool, who, ctx.path("group_id"),
+                                       reach_changed=s.reach_changed)
+    else:
+        await social.reject_invitation(s.pool, who, ctx.path("group_id"))
+    return back("/console/groups")
+
+
+@action("group-leave", groups_page)
+async def leave_group(ctx: Ctx) -> Response:
+    who = await actor(ctx, ctx.path("agent_id"))
+    await social.leave_group(ctx.state.pool, who, ctx.path("group_id"),
+                             reach_changed=ctx.state.reach_changed)
     return back("/console/groups")

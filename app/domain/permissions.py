@@ -1,8 +1,9 @@
 """Who may talk to whom, and who may see what (DESIGN §2.4).
 
 ``can_communicate`` is the one rule: friends, or members of a shared group, or
-an owner's virtual-user agent with that owner's own agents — and with any agent
-one of those own agents may talk to (the human speaks for its agents).
+two agents of one owner (its own agents, its virtual user among them, trust each
+other: ADR 030) — and an owner's virtual-user agent with any agent one of that
+owner's own agents may talk to (the human speaks for its agents).
 """
 
 from __future__ import annotations
@@ -26,11 +27,12 @@ class Relationship:
 VIRTUAL_USER = "virtual-user"
 
 
-def implicitly_friends(*, same_owner: bool, either_virtual_user: bool) -> bool:
-    """The owner's human stand-in (its virtual-user agent) is implicitly a friend
-    of the owner's own agents: no friendship row, no request needed. The only
-    statement of this rule; the friends list (app.services.social) asks it too."""
-    return same_owner and either_virtual_user
+def implicitly_friends(*, same_owner: bool) -> bool:
+    """One owner's agents — its virtual user (the human stand-in) and its normal
+    agents alike — are implicitly friends of each other: no friendship row, no
+    request needed; one owner runs them all (ADR 030). The only statement of this
+    rule; the friends list (app.services.social) asks it too."""
+    return same_owner
 
 
 def speaks_for_own_agents(rel: Relationship) -> bool:
@@ -43,9 +45,7 @@ def speaks_for_own_agents(rel: Relationship) -> bool:
 def can_communicate(rel: Relationship) -> bool:
     if rel.friends or rel.shares_group:
         return True
-    return implicitly_friends(same_owner=rel.same_owner,
-                              either_virtual_user=rel.either_virtual_user) \
-        or speaks_for_own_agents(rel)
+    return implicitly_friends(same_owner=rel.same_owner) or speaks_for_own_agents(rel)
 
 
 def is_participant(agent_id: str, initiator: str, serving_agent: str) -> bool:

@@ -82,7 +82,24 @@ class MemberGroups(Out):
 
 
 class Membership(Out):
+    """``status`` "member": in the group since ``joined_at``; "invited": another
+    owner's agent, asked (a group.notice "invited"), a member once it accepts."""
     group_id: str
     agent_id: str
     role: str
-    joined_at: Timestamp
+    joined_at: Timestamp | None
+    status: str
+
+
+class GroupInvitation(Out):
+    """A group an agent is invited to; ``status`` "rejected" in a reject's answer."""
+    group_id: str
+    name: str
+    agent_id: str
+    role: str
+    invited_at: Timestamp
+    status: str
+
+
+class GroupInvitations(Out):
+    invitations: list[GroupInvitation]

@@ -56,14 +56,14 @@ async def _audience(conn: asyncpg.Connection, me: Agent, body: BroadcastCreate) 
     if me.agent_id in body.to_agent_ids:
         raise bad_request("an agent cannot broadcast to itself; remove it from to_agent_ids")
     rels = await social_store.relationships(conn, me.agent_id, body.to_agent_ids)
-    missing = [a for a in body.to_agent_ids if not rels[a].both_exist]
-    if missing:
-        raise Problem(404, f"unknown agent(s): {', '.join(missing)}; nothing was sent",
-                      agent_ids=missing)
-    refused = [a for a in body.to_agent_ids if not can_communicate(rels[a])]
+    # Unknown and unreachable get one answer, in the order given (ADR 030): a
+    # broadcast to guessed ids must not tell which of them exist.
+    refused = [a for a in body.to_agent_ids
+               if not (rels[a].both_exist and can_communicate(rels[a]))]
     if refused:
-        raise Problem(403, f"'{me.agent_id}' may not message {', '.join(refused)} (neither "
-                      "friends nor sharing a group); nothing was sent", agent_ids=refused)
+        raise Problem(403, f"'{me.agent_id}' may not message {', '.join(refused)} (unknown, "
+                      "or neither friends nor sharing a group); nothing was sent",
+                      agent_ids=refused)
     return await teams_store.sort_for_locking(conn, body.to_agent_ids)
 
 

@@ -7,13 +7,15 @@ from typing import Any
 import asyncpg
 
 from app import ids
-from app.domain.permissions import VIRTUAL_USER, can_communicate, implicitly_friends
+from app.domain.permissions import can_communicate, implicitly_friends
 from app.errors import Problem, bad_request, conflict, forbidden, not_found
 from app.responses import (
     AgentCard,
     Friend,
     FriendRequestOut,
     Friends,
+    GroupInvitation,
+    GroupInvitations,
     GroupWithMembers,
     MemberGroup,
     Membership,
@@ -153,9 +155,7 @@ async def list_friends(pool: asyncpg.Pool, me: Agent) -> Friends:
     friends = [Friend.of(r, implicit=False) for r in rows]
     explicit = {f.agent_id for f in friends}
     friends += [Friend.of(r, since=None, implicit=True) for r in siblings
-                if r["agent_id"] not in explicit and implicitly_friends(
-                    same_owner=True,
-                    either_virtual_user=VIRTUAL_USER in (r["kind"], r["my_kind"]))]
+                if r["agent_id"] not in explicit and implicitly_friends(same_owner=True)]
     return Friends(
         friends=friends,
         incoming_requests=[_pending(r) for r in pending if r["requester"] != me.agent_id],
@@ -186,41 +186,104 @@ async def _owned_group(conn: asyncpg.Connection | asyncpg.Pool, owner: Owner,
 async def add_member(pool: asyncpg.Pool, settings: Settings, owner: Owner, group_id: str,
                      agent_id: str, role: str, *, reach_changed: ReachChanged,
                      wakeup: Wakeup | None = None) -> tuple[Membership, bool]:
+    """One's own agent joins at once; another owner's agent is invited (ADR 030)
+    and joins only when it or its owner accepts. Returns (membership, created)."""
     async with writes(pool, topic=settings.bus_topic, wakeup=wakeup) as tx:
         conn = tx.conn
         group = await _owned_group(conn, owner, group_id)
         agent = await agents_store.get(conn, agent_id)
         if agent is None:
             raise not_found(f"unknown agent '{agent_id}'")
-        # Another owner's agent may be added only with consent already given:
-        # friendship with one of this owner's agents. Otherwise a group would be
-        # a way around the friend-request boundary.
-        if agent["owner_id"] != owner.user_id and \
-                not await social_store.owner_friend_of(conn, owner.user_id, agent_id):
+        if agent["owner_id"] == owner.user_id:
+            row = await social_store.add_member(conn, group_id, agent_id, role)
+            if row["inserted"]:
+                tx.after_commit(reach_changed)
+                await _group_notice(tx, agent_id, group, "added", role=role)
+            return Membership.of(row, status="member"), bool(row["inserted"])
+        # Only an agent already befriended by one of this owner's agents may even
+        # be invited: an invitation is not a way to reach strangers.
+        if not await social_store.owner_friend_of(conn, owner.user_id, agent_id):
             raise forbidden(f"'{agent_id}' belongs to another owner and is not a friend of any "
                             "of your agents; befriend it first")
-        row = await social_store.add_member(conn, group_id, agent_id, role)
-        if row["inserted"]:
-            tx.after_commit(reach_changed)
-            await _notify(tx, NewEvent(
-                agent_id=agent_id, type="group.notice", from_agent_id=None,
-                payload={"group_id": group_id, "name": group["name"], "notice": "added",
-                         "role": role}))
-        return Membership.of(row), bool(row["inserted"])
+        member = await social_store.update_role(conn, group_id, agent_id, role)
+        if member is not None:
+            return Membership.of(member, status="member"), False
+        invited = await social_store.invite(conn, group_id, agent_id, role)
+        if invited["inserted"]:
+            await _group_notice(tx, agent_id, group, "invited", role=role)
+        return Membership(group_id=group_id, agent_id=agent_id, role=invited["role"],
+                          joined_at=None, status="invited"), bool(invited["inserted"])
+
+
+async def _group_notice(tx: Writes, agent_id: str, group: asyncpg.Record, notice: str,
+                        **extra: Any) -> None:
+    await _notify(tx, NewEvent(
+        agent_id=agent_id, type="group.notice", from_agent_id=None,
+        payload={"group_id": group["group_id"], "name": group["name"], "notice": notice,
+                 **extra}))
 
 
 async def remove_member(pool: asyncpg.Pool, settings: Settings, owner: Owner, group_id: str,
                         agent_id: str, *, reach_changed: ReachChanged,
                         wakeup: Wakeup | None = None) -> None:
+    """Remove a member, or withdraw a pending invitation."""
     async with writes(pool, topic=settings.bus_topic, wakeup=wakeup) as tx:
         group = await _owned_group(tx.conn, owner, group_id)
-        if not await social_store.remove_member(tx.conn, group_id, agent_id):
+        if await social_store.remove_member(tx.conn, group_id, agent_id):
+            tx.after_commit(reach_changed)
+            notice = "removed"
+        elif await social_store.cancel_invitation(tx.conn, group_id, agent_id):
+            notice = "invitation-withdrawn"
+        else:
             raise not_found(f"'{agent_id}' is not a member of '{group_id}'")
-        tx.after_commit(reach_changed)
         await tx.append([NewEvent(
             agent_id=agent_id, type="group.notice", from_agent_id=None,
-            payload={"group_id": group_id, "name": group["name"], "notice": "removed"})],
+            payload={"group_id": group_id, "name": group["name"], "notice": notice})],
             skip_missing=True)
+
+
+async def group_invitations(pool: asyncpg.Pool, me: Agent) -> GroupInvitations:
+    rows = await social_store.invitations_of(pool, me.agent_id)
+    return GroupInvitations(invitations=[GroupInvitation.of(r, status="invited") for r in rows])
+
+
+async def accept_invitation(pool: asyncpg.Pool, me: Agent, group_id: str, *,
+                            reach_changed: ReachChanged) -> Membership:
+    async with pool.acquire() as conn, conn.transaction():
+        invitation = await _invitation_for(conn, me, group_id)
+        row = await social_store.add_member(conn, group_id, me.agent_id, invitation["role"])
+    await reach_changed()  # after the commit: the new member now shares the group
+    return Membership.of(row, status="member")
+
+
+async def reject_invitation(pool: asyncpg.Pool, me: Agent, group_id: str) -> GroupInvitation:
+    invitation = await _invitation_for(pool, me, group_id)
+    return GroupInvitation.of(invitation, status="rejected")
+
+
+async def _invitation_for(conn: asyncpg.Connection | asyncpg.Pool, me: Agent,
+                          group_id: str) -> asyncpg.Record:
+    row = await social_store.take_invitation(conn, group_id, me.agent_id)
+    if row is None:
+        raise not_found(f"no invitation to group '{group_id}' for '{me.agent_id}'")
+    return row
+
+
+async def leave_group(pool: asyncpg.Pool, me: Agent, group_id: str, *,
+                      reach_changed: ReachChanged) -> None:
+    """Any member may leave, whoever's group it is (ADR 030)."""
+    if not await social_store.remove_member(pool, group_id, me.agent_id):
+        raise not_found(f"no group '{group_id}' that you are a member of")
+    await reach_changed()  # the delete committed on its own
+
+
+async def owner_group_invitations(pool: asyncpg.Pool, owner: Owner,
+                                  group_id: str) -> GroupInvitations:
+    """The pending invitations of a group ``owner`` owns."""
+    async with pool.acquire() as conn:
+        await _owned_group(conn, owner, group_id)
+        rows = await social_store.invited_to(conn, group_id)
+    return GroupInvitations(invitations=[GroupInvitation.of(r, status="invited") for r in rows])
 
 
 async def owner_groups(pool: asyncpg.Pool, owner: Owner) -> list[OwnedGroup]:

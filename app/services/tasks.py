@@ -105,9 +105,24 @@ async def create_task(pool: asyncpg.Pool, settings: Settings, me: Agent, body: T
                  if exc.constraint_name == tasks_store.TASK_ID_TAKEN else None)
         return _replayed(await _replay_create(pool, message_id, fingerprint, me.agent_id, taken))
     if seq is None:
-        raise not_found(f"agent '{body.to_agent_id}' no longer exists; nothing can be sent "
-                        "to it")
+        raise await _not_written(pool, me, body.to_agent_id, context_id)
     return TaskWithMessage(**dict(task_out), message=message_out), True
+
+
+async def _not_written(pool: asyncpg.Pool, me: Agent, to: str, context_id: str) -> Exception:
+    """Why the create's statement wrote nothing: the context named is someone
+    else's conversation (ADR 030), or the recipient was deleted after the reach
+    check. Read only on this path, so an accepted create costs no extra round trip."""
+    if not await tasks_store.may_name_context(pool, context_id, me.agent_id):
+        return context_not_yours(context_id)
+    return not_found(f"agent '{to}' no longer exists; nothing can be sent to it")
+
+
+def context_not_yours(context_id: str) -> Exception:
+    """One answer for a context of others, whoever they are (ADR 030)."""
+    return forbidden(f"context '{context_id}' is a conversation you do not take part in; "
+                     "omit context_id to start a new one, or ask one of its participants "
+                     "to bring you in")
 
 
 def _replayed(outcome: Exception) -> tuple[Any, bool]:

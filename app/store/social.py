@@ -203,3 +203,52 @@ async def owner_friend_of(conn: Conn, owner_id: int, agent_id: str) -> bool:
             ON a.agent_id = CASE WHEN f.agent_a = $2 THEN f.agent_b ELSE f.agent_a END
           WHERE (f.agent_a = $2 OR f.agent_b = $2) AND f.status = 'accepted' AND a.owner_id = $1)
         """, owner_id, agent_id))
+
+
+# --- group invitations (ADR 030) ----------------------------------------------------
+
+async def invite(conn: Conn, group_id: str, agent_id: str, role: str) -> asyncpg.Record:
+    """A pending invitation (a new one, or the pending one with its role updated);
+    ``inserted`` tells which."""
+    row = await conn.fetchrow(
+        "INSERT INTO group_invitations (group_id, agent_id, role) VALUES ($1, $2, $3) "
+        "ON CONFLICT (group_id, agent_id) DO UPDATE SET role = EXCLUDED.role "
+        "RETURNING *, (xmax = 0) AS inserted", group_id, agent_id, role)
+    assert row is not None
+    return row
+
+
+async def update_role(conn: Conn, group_id: str, agent_id: str,
+                      role: str) -> asyncpg.Record | None:
+    """A member's new role; None when ``agent_id`` is not a member."""
+    return await conn.fetchrow(
+        "UPDATE group_members SET role = $3 WHERE group_id = $1 AND agent_id = $2 "
+        "RETURNING *, false AS inserted", group_id, agent_id, role)
+
+
+async def take_invitation(conn: Conn, group_id: str, agent_id: str) -> asyncpg.Record | None:
+    """Delete the pending invitation and return it with its group's name (None:
+    there is none), for an accept or a reject."""
+    return await conn.fetchrow(
+        "DELETE FROM group_invitations i USING groups g "
+        "WHERE i.group_id = $1 AND i.agent_id = $2 AND g.group_id = i.group_id "
+        "RETURNING i.*, g.name", group_id, agent_id)
+
+
+async def invitations_of(conn: Conn, agent_id: str) -> list[asyncpg.Record]:
+    return await conn.fetch(
+        "SELECT i.*, g.name FROM group_invitations i JOIN groups g USING (group_id) "
+        "WHERE i.agent_id = $1 ORDER BY i.invited_at, i.group_id", agent_id)
+
+
+async def cancel_invitation(conn: Conn, group_id: str, agent_id: str) -> bool:
+    result = await conn.execute(
+        "DELETE FROM group_invitations WHERE group_id = $1 AND agent_id = $2", group_id, agent_id)
+    return result.endswith(" 1")
+
+
+async def invited_to(conn: Conn, group_id: str) -> list[asyncpg.Record]:
+    """A group's pending invitations, for its owner."""
+    return await conn.fetch(
+        "SELECT i.*, g.name FROM group_invitations i JOIN groups g USING (group_id) "
+        "WHERE i.group_id = $1 ORDER BY i.agent_id", group_id)

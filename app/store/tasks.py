@@ -39,6 +39,27 @@ def _split_message(row: asyncpg.Record) -> dict[str, Any] | None:
     return {c: row[f"{_M}{c}"] for c in MESSAGE_COLUMNS.split(", ")}
 
 
+def takes_part(context: str, agent: str) -> str:
+    """SQL true when ``agent`` is inside context ``context`` (both SQL
+    expressions): it takes part in one of the context's tasks, or is a member of
+    the group the context belongs to (a group broadcast's). The one statement of
+    who is inside a context (ADR 030): the agent timeline reads by it, and a
+    create that names a context with tasks requires it."""
+    return (f"(EXISTS (SELECT 1 FROM tasks p WHERE p.context_id = {context} "
+            f"AND (p.initiator = {agent} OR p.serving_agent = {agent})) "
+            f"OR EXISTS (SELECT 1 FROM broadcasts pb JOIN group_members pm USING (group_id) "
+            f"WHERE pb.context_id = {context} AND pm.agent_id = {agent}))")
+
+
+async def may_name_context(conn: Conn, context_id: str, agent_id: str) -> bool:
+    """Whether a create by ``agent_id`` may name ``context_id``: the rule
+    :data:`_CREATE_SQL` applies in its statement, asked alone (to tell a refused
+    create from one whose recipient is gone)."""
+    return bool(await conn.fetchval(
+        f"SELECT NOT EXISTS (SELECT 1 FROM tasks x WHERE x.context_id = $1) "
+        f"OR {takes_part('$1::text', '$2::text')}", context_id, agent_id))
+
+
 # The unique constraints a create can run into (asyncpg's constraint_name).
 TASK_ID_TAKEN = "tasks_pkey"
 MESSAGE_ID_TAKEN = "task_messages_pkey"
@@ -50,12 +71,18 @@ WITH req AS (
                          $11::text[], $12::jsonb[]) WITH ORDINALITY
         AS r(task_id, context_id, initiator, serving_agent, message_id, parts, metadata,
              content_hash, created_at, event_id, type, payload, ord)
-), {events_store.bump_many("SELECT serving_agent FROM req")},
+), allowed AS (
+    -- A context with tasks is its participants' (ADR 030): a create naming it is
+    -- written only for one of them; a context nobody has used yet is free.
+    SELECT r.* FROM req r
+    WHERE NOT EXISTS (SELECT 1 FROM tasks x WHERE x.context_id = r.context_id)
+       OR {takes_part("r.context_id", "r.initiator")}
+), {events_store.bump_many("SELECT serving_agent FROM allowed")},
 numbered AS (
     -- Several creates for one agent in a batch take consecutive seqs, in batch order.
     SELECT r.*, b.inbox_seq - b.bumped_by
            + row_number() OVER (PARTITION BY r.serving_agent ORDER BY r.ord) AS seq
-    FROM req r JOIN bumped b ON b.agent_id = r.serving_agent
+    FROM allowed r JOIN bumped b ON b.agent_id = r.serving_agent
 ), t AS (
     INSERT INTO tasks (task_id, context_id, initiator, serving_agent, state, created_at,
                        updated_at)
@@ -92,7 +119,8 @@ async def create_with_events(conn: asyncpg.Connection, tasks: Sequence[NewTask],
     """Tasks, their first messages, their inbox events and outbox rows: ONE
     statement, so one round trip and, outside a transaction block, one
     transaction for the lot (ADR 028). Returns each task's event seq, None where
-    the serving agent does not exist (that one is not written). An id that is
+    the serving agent does not exist or the creator may not name the task's
+    context (see :func:`takes_part`; that one is not written). An id that is
     taken (a task_id, or a sender's message_id) raises
     ``asyncpg.UniqueViolationError`` naming :data:`TASK_ID_TAKEN` or
     :data:`MESSAGE_ID_TAKEN`, and then nothing at all is written."""

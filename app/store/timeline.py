@@ -12,7 +12,7 @@ from datetime import datetime
 
 import asyncpg
 
-from app.store.tasks import MESSAGE_COLUMNS, TASK_COLUMNS
+from app.store.tasks import MESSAGE_COLUMNS, TASK_COLUMNS, takes_part
 
 Conn = asyncpg.Connection | asyncpg.Pool
 
@@ -77,8 +77,5 @@ async def artifacts(conn: Conn, task_ids: list[str],
 async def agent_may_read(conn: Conn, context_id: str, agent_id: str) -> bool:
     """A participant of any task of the context, or a member of the group the
     context belongs to (a group broadcast's)."""
-    return bool(await conn.fetchval(
-        "SELECT EXISTS (SELECT 1 FROM tasks WHERE context_id = $1 "
-        "               AND (initiator = $2 OR serving_agent = $2)) "
-        "OR EXISTS (SELECT 1 FROM broadcasts b JOIN group_members m USING (group_id) "
-        "           WHERE b.context_id = $1 AND m.agent_id = $2)", context_id, agent_id))
+    return bool(await conn.fetchval(f"SELECT {takes_part('$1::text', '$2::text')}",
+                                    context_id, agent_id))

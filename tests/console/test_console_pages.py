@@ -16,6 +16,7 @@ from httpx_sse import aconnect_sse
 from playwright.async_api import expect
 
 from app.settings import Settings
+from tests.api_helpers import ok
 from tests.console.browser import shoot
 from tests.console.helpers import PASSWORD, create_agent, register, session_cookie, sign_in
 from tests.support.meshapi import MeshFactory
@@ -123,14 +124,22 @@ async def test_groups_and_live_dashboard_counters(open_page, mesh, uniq):
     await page.get_by_label("Agent", exact=False).fill(stranger.agent_id)
     await page.get_by_role("button", name="Add").click()
     await expect(page.get_by_role("alert")).to_contain_text("befriend it first")
+    # peer, another owner's, is only invited: it joins when it accepts; then its
+    # owner's console takes it out again (ADR 030).
+    assert (await peer.get(f"/v1/mesh/groups/team-{uniq}/roster")).status_code == 404
+    ok(await peer.post(f"/v1/mesh/groups/invitations/team-{uniq}/accept"))
     roster = (await peer.get(f"/v1/mesh/groups/team-{uniq}/roster")).json()
     assert {m["agent_id"]: m["role"] for m in roster["members"]} == {mine: "owner",
                                                                      peer.agent_id: "member"}
+    await page.reload()
     await shoot(page, "group")
     await page.locator("tr", has_text=peer.agent_id).get_by_role("button", name="Remove").click()
     await expect(page.locator("table", has_text=peer.agent_id)).to_have_count(0)
     await page.goto("/console/groups")
     await shoot(page, "groups")
+    # My own agent leaves the group from the groups page.
+    await page.locator("tr", has_text=mine).get_by_role("button", name="Leave").click()
+    await expect(page.locator("tr", has_text=mine)).to_have_count(0)
     # The refused add answered 403 (Chromium logs a status line for that); nothing else.
     assert [e for e in w.errors if not e.startswith("Failed to load resource")] == []
 

@@ -55,7 +55,7 @@ async def call(client: Client, name: str, **args):
 
 async def test_every_tool_over_stdio(world, gateway, uniq, tmp_path):
     a_h, b_h = await world.pair(uniq)
-    stranger = await world.alice.agent(f"s{uniq}")
+    stranger = await (await world.factory.owner()).agent(f"s{uniq}")  # own agents trust each other
     gid = f"mcp-{uniq}"
     assert (await world.bob.post("/v1/groups", {"group_id": gid, "name": "MCP"})).status_code == 201
     r = await world.bob.post(f"/v1/groups/{gid}/members", {"agent_id": b_h.agent_id})

@@ -87,10 +87,11 @@ def test_request_validation_uses_the_same_states() -> None:
 
 
 @pytest.mark.parametrize(("same_owner", "virtual", "expected"), [
-    (True, True, True), (True, False, False), (False, True, False), (False, False, False)])
+    (True, True, True), (True, False, True), (False, True, False), (False, False, False)])
 def test_implicit_friendship_is_one_rule(same_owner: bool, virtual: bool,
                                           expected: bool) -> None:
-    assert implicitly_friends(same_owner=same_owner, either_virtual_user=virtual) is expected
+    # One owner's agents trust each other, whatever their kind (ADR 030).
+    assert implicitly_friends(same_owner=same_owner) is expected
     rel = Relationship(friends=False, shares_group=False, same_owner=same_owner,
                        either_virtual_user=virtual)
     assert can_communicate(rel) is expected
