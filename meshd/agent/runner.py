@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -39,14 +40,15 @@ from claude_agent_sdk import __version__ as sdk_version
 from claude_agent_sdk.types import HookEvent
 
 from meshd.agent.permissions import path_guard
-from meshd.agent.policies import actions, notes
+from meshd.agent.policies import actions, notes, sandbox
 from meshd.agent.policies.chitchat import is_chit_chat
 from meshd.agent.policies.engine import Plan, Policies
+from meshd.agent.policies.sandbox import Sandbox
 from meshd.agent.prompt import Teammates, system_prompt, wake_prompt
 from meshd.agent.sessions import RunLog, RunRecord, SessionStore
 from meshd.agent.settings import RISKY_TOOLS, AgentSettings, Policy, RunSettings, default_policy
 from meshd.agent.tools import RunContext, mesh_server, note_part
-from meshd.config import state_root
+from meshd.config import config_path, state_root
 from meshd.errors import ConflictError, MeshError, NotFoundError
 from meshd.handlers import HandlerContext, HandlerError, Reply
 from meshd.ids import derived_message_id
@@ -99,6 +101,10 @@ class AgentRunner:
         self.runs: RunLog | None = None
         self.teammates: Teammates | None = None
         self.policies = Policies(settings.policies)
+        # Refuses here, before the daemon connects, when checks would run unsandboxed.
+        self.bwrap = sandbox.locate(settings.policies.unsafe_check) if settings.policies.checks else None
+        if settings.policies.checks and self.bwrap is None:
+            log.warning("--unsafe-check: the checks run without a sandbox (bubblewrap is not installed)")
 
     def _setup(self, ctx: HandlerContext) -> None:
         if self._ready:
@@ -111,12 +117,19 @@ class AgentRunner:
         self.sessions = SessionStore(folder)
         self.runs = RunLog(folder)
         self.teammates = Teammates(ctx.client, ttl=self.settings.teammates_ttl)
-        self.policies = Policies(self.settings.policies, folder, self.workspace)
+        self.policies = Policies(self.settings.policies, folder, self.workspace, self._sandbox(folder))
         if self.settings.policies.notes:
             notes.ensure(self.workspace)
         self._ready = True
         log.info("agent runtime %s: workspace %s, runs on %s", RUNTIME, self.workspace,
                  ", ".join(sorted(self.settings.run_on)))  # fmt: skip
+
+    def _sandbox(self, folder: Path) -> Sandbox:
+        # What a check must not see: where keys, sessions and transcripts of other peers are.
+        hidden = [Path.home(), state_root(), folder, config_path()]
+        if os.environ.get("CLAUDE_CONFIG_DIR"):
+            hidden.append(Path(os.environ["CLAUDE_CONFIG_DIR"]))
+        return Sandbox.for_runtime(self.bwrap, self.workspace, hidden)
 
     def wants(self, event: InboxEvent) -> bool:
         """Whether ``event`` starts a run: configured types, never our own echoes."""

@@ -43,3 +43,5 @@ class PolicyConfig:
     # notes/*.md and CLAUDE.md of the workspace in the system prompt, reminders to keep them.
     notes: bool = True
     check_timeout: float = 300.0
+    # Run the checks without bubblewrap when it is not installed (--unsafe-check).
+    unsafe_check: bool = False

@@ -23,6 +23,7 @@ from meshd.agent.policies.config import PolicyConfig
 from meshd.agent.policies.guards import RunGuards
 from meshd.agent.policies.labels import Verifier
 from meshd.agent.policies.metrics import PolicyMetrics
+from meshd.agent.policies.sandbox import Sandbox
 from meshd.agent.settings import RunSettings
 from meshd.models import InboxEvent, Task
 
@@ -66,9 +67,11 @@ class Plan:
 
 
 class Policies:
-    def __init__(self, config: PolicyConfig, folder: Path | None = None, workspace: Path = Path(".")) -> None:
+    def __init__(self, config: PolicyConfig, folder: Path | None = None, workspace: Path = Path("."),
+                 sandbox: Sandbox | None = None) -> None:  # fmt: skip
         self.config = config
         self.workspace = workspace
+        self.sandbox = sandbox
         self.metrics = PolicyMetrics(folder)
         # Failed runs in a row per context (in memory: a restart gives a context another chance).
         self.failures: Counter[str] = Counter()
@@ -89,7 +92,7 @@ class Policies:
         level, source = complexity.level_of(event, task)
         plan = Plan(level=level, level_source=source, guards=RunGuards(c, self.metrics),
                     broadcast=event.type == "group.message" or bool(event.payload.get("group_id")),
-                    verifier=Verifier(c.checks, self.workspace, self.metrics, c.check_timeout))  # fmt: skip
+                    verifier=Verifier(c.checks, self.sandbox, self.metrics, c.check_timeout))  # fmt: skip
         plan.metadata = {"mesh_policy": {"complexity": level}}
         self.metrics.inc(f"complexity_{level}", source)
         sender = event.from_agent_id or "the sender"

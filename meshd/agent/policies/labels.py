@@ -22,16 +22,19 @@ was checked and nothing claimed: the metadata still says ``unverified``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import os
 import re
+import signal
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from claude_agent_sdk import HookMatcher
 from claude_agent_sdk.types import HookEvent
 
 from meshd.agent.policies.metrics import PolicyMetrics
+from meshd.agent.policies.sandbox import SANDBOX_HOME, Sandbox, check_env
 
 log = logging.getLogger("meshd.agent")
 
@@ -69,15 +72,27 @@ class Check:
         return {"command": self.command, "exit_code": self.exit_code, "by": self.by}
 
 
-async def run_check(command: str, cwd: Path, timeout: float) -> Check:
-    proc = await asyncio.create_subprocess_shell(
-        command, cwd=str(cwd), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
-    )
+async def run_check(command: str, sandbox: Sandbox, timeout: float) -> Check:
+    """Run one check in ``sandbox`` (docs/decisions/031-peer-isolation.md)."""
+    with contextlib.ExitStack() as stack:
+        temp = sandbox.home()
+        home = stack.enter_context(temp) if temp is not None else SANDBOX_HOME
+        return await _run(command, sandbox, check_env(home), timeout)
+
+
+async def _run(command: str, sandbox: Sandbox, env: dict[str, str], timeout: float) -> Check:
+    argv = sandbox.argv(command)
+    # Its own process group: a timed-out check is killed with everything it started.
+    proc = await asyncio.create_subprocess_exec(
+        *argv, cwd=str(sandbox.workspace), env=env, stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
     try:
         async with asyncio.timeout(timeout):
             out, _ = await proc.communicate()
     except TimeoutError:
-        proc.kill()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
         await proc.wait()
         return Check(command, -1, "runtime", f"timed out after {timeout:g} s")
     return Check(command, proc.returncode or 0, "runtime", out.decode(errors="replace")[-OUTPUT_CHARS:])
@@ -88,7 +103,7 @@ class Verifier:
     """One run's record of commands, and the labelling of its replies."""
 
     checks: tuple[str, ...]
-    workspace: Path
+    sandbox: Sandbox | None  # where the checks run; None: no checks are run
     metrics: PolicyMetrics
     timeout: float = 300.0
     ran: list[Check] = field(default_factory=list)
@@ -122,9 +137,9 @@ class Verifier:
         }
 
     async def label(self, text: str) -> tuple[str, list[Check]]:
-        if self.checks and (self.ran or CLAIM.search(text)):
+        if self.checks and self.sandbox is not None and (self.ran or CLAIM.search(text)):
             if self._rerun is None:  # once per run: the checks are the workspace's, not the reply's
-                self._rerun = [await run_check(c, self.workspace, self.timeout) for c in self.checks]
+                self._rerun = [await run_check(c, self.sandbox, self.timeout) for c in self.checks]
             ok = all(c.exit_code == 0 for c in self._rerun)
             return ("independently verified" if ok else "failed checks"), self._rerun
         if self.ran:
