@@ -45,7 +45,7 @@ from meshd.agent.policies.chitchat import is_chit_chat
 from meshd.agent.policies.engine import Plan, Policies
 from meshd.agent.policies.sandbox import Sandbox
 from meshd.agent.prompt import Teammates, system_prompt, wake_prompt
-from meshd.agent.sessions import RunLog, RunRecord, SessionStore
+from meshd.agent.sessions import RunLog, RunRecord, SessionStore, conversation_key
 from meshd.agent.settings import RISKY_TOOLS, AgentSettings, Policy, RunSettings, default_policy
 from meshd.agent.tools import RunContext, mesh_server, note_part
 from meshd.config import config_path, state_root
@@ -189,7 +189,7 @@ class AgentRunner:
 
     # -- the SDK run -------------------------------------------------------------
     def _context_key(self, event: InboxEvent) -> str:
-        return event.context_id or event.task_id or f"event:{event.event_id}"
+        return conversation_key(event)
 
     async def _options(self, event: InboxEvent, rs: RunSettings, run: RunContext, plan: Plan
                        ) -> ClaudeAgentOptions:  # fmt: skip

@@ -1,7 +1,8 @@
 """Per-conversation SDK sessions and the record of what runs cost, in the agent's state folder.
 
-``sessions.json`` maps a task context (``context_id``) to the SDK session that holds
-its conversation. Every run *forks* the context's session (``resume`` +
+``sessions.json`` maps a conversation — a task context (``context_id``) *and* the
+peer, the other agent of the event (:func:`conversation_key`) — to the SDK session
+that holds it. Every run *forks* the context's session (``resume`` +
 ``fork_session``) and the mapping moves to the fork only once the run has
 finished, so a run killed half-way leaves the conversation as it was before the
 event, and its re-run starts from there instead of from a half-told story.
@@ -21,8 +22,20 @@ from pathlib import Path
 from typing import Any
 
 from meshd.files import atomic_write_json
+from meshd.models import InboxEvent
 
 MAX_SESSIONS = 5000
+
+
+def conversation_key(event: InboxEvent) -> str:
+    """What a session and the failed-runs breaker belong to: the event's context and its peer.
+
+    Context ids are chosen by whoever writes first, so a friend may name another's. Keyed
+    by the peer too, its events neither resume the other peer's session (and read what was
+    said there) nor count towards that conversation's breaker (docs/decisions/031-peer-isolation.md).
+    """
+    context = event.context_id or event.task_id or f"event:{event.event_id}"
+    return f"{context} with {event.from_agent_id or '-'}"
 
 
 @dataclass
