@@ -45,7 +45,7 @@ from meshd.agent.policies.chitchat import is_chit_chat
 from meshd.agent.policies.engine import Plan, Policies
 from meshd.agent.policies.sandbox import Sandbox
 from meshd.agent.prompt import Teammates, system_prompt, wake_prompt
-from meshd.agent.sessions import RunLog, RunRecord, SessionStore, conversation_key
+from meshd.agent.sessions import RunLog, RunRecord, SessionStore, conversation_key, peer_of
 from meshd.agent.settings import RISKY_TOOLS, AgentSettings, Policy, RunSettings, default_policy
 from meshd.agent.tools import RunContext, mesh_server, note_part
 from meshd.config import config_path, state_root
@@ -118,8 +118,6 @@ class AgentRunner:
         self.runs = RunLog(folder)
         self.teammates = Teammates(ctx.client, ttl=self.settings.teammates_ttl)
         self.policies = Policies(self.settings.policies, folder, self.workspace, self._sandbox(folder))
-        if self.settings.policies.notes:
-            notes.ensure(self.workspace)
         self._ready = True
         log.info("agent runtime %s: workspace %s, runs on %s", RUNTIME, self.workspace,
                  ", ".join(sorted(self.settings.run_on)))  # fmt: skip
@@ -204,7 +202,7 @@ class AgentRunner:
         session = self.sessions.get(self._context_key(event))
         extra = self.extra_dirs
         opts: dict[str, Any] = {
-            "system_prompt": self._system_prompt(instructions, await self.teammates.summary()),
+            "system_prompt": self._system_prompt(instructions, await self.teammates.summary(), event),
             "mcp_servers": {"mesh": server},
             "strict_mcp_config": True,
             "tools": list(st.tools),
@@ -233,9 +231,9 @@ class AgentRunner:
             opts.update(resume=session.session_id, fork_session=True)
         return ClaudeAgentOptions(**opts)
 
-    def _system_prompt(self, instructions: str, teammates: str) -> str:
+    def _system_prompt(self, instructions: str, teammates: str, event: InboxEvent) -> str:
         base = system_prompt(self.me, str(self.workspace), instructions, teammates)
-        kept = notes.section(self.workspace) if self.settings.policies.notes else ""
+        kept = notes.section(self.workspace, peer_of(event)) if self.settings.policies.notes else ""
         return f"{base}\n\n{kept}" if kept else base
 
     def _hooks(self, run: RunContext, extra: list[Path], plan: Plan) -> dict[HookEvent, list[HookMatcher]]:

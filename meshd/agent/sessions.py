@@ -35,7 +35,12 @@ def conversation_key(event: InboxEvent) -> str:
     said there) nor count towards that conversation's breaker (docs/decisions/031-peer-isolation.md).
     """
     context = event.context_id or event.task_id or f"event:{event.event_id}"
-    return f"{context} with {event.from_agent_id or '-'}"
+    return f"{context} with {peer_of(event)}"
+
+
+def peer_of(event: InboxEvent) -> str:
+    """The other agent of an event (its sender; '-' for the gateway's own notices)."""
+    return event.from_agent_id or "-"
 
 
 @dataclass

@@ -24,6 +24,7 @@ from meshd.agent.policies.guards import RunGuards
 from meshd.agent.policies.labels import Verifier
 from meshd.agent.policies.metrics import PolicyMetrics
 from meshd.agent.policies.sandbox import Sandbox
+from meshd.agent.sessions import peer_of
 from meshd.agent.settings import RunSettings
 from meshd.models import InboxEvent, Task
 
@@ -44,7 +45,7 @@ class Plan:
     notes: list[str] = field(default_factory=list)  # added to the wake-up prompt
     guards: RunGuards | None = None
     verifier: Verifier | None = None
-    notes_hooks: bool = False
+    notes_hooks: dict[HookEvent, list[HookMatcher]] = field(default_factory=dict)
     metadata: dict[str, Any] = field(default_factory=dict)  # merged into every message's metadata
 
     def settings(self, rs: RunSettings, config: PolicyConfig) -> RunSettings:
@@ -57,12 +58,10 @@ class Plan:
         out: dict[HookEvent, list[HookMatcher]] = {}
         if self.handshake:
             out.update(handshake.read_only(metrics))
-        if self.notes_hooks:
-            out.update(notes.hooks())
-        for source in (self.guards, self.verifier):
-            if source is not None:
-                for name, matchers in source.hooks().items():
-                    out.setdefault(name, []).extend(matchers)
+        sources = [self.notes_hooks, *(s.hooks() for s in (self.guards, self.verifier) if s is not None)]
+        for source in sources:
+            for name, matchers in source.items():
+                out.setdefault(name, []).extend(matchers)
         return out
 
 
@@ -118,8 +117,10 @@ class Policies:
             # The other side's runtime wrote it: shown as its claim, with what it says it ran.
             plan.notes.append(f"{sender}'s runtime labelled this reply: {label}.")
         if c.notes:
-            plan.notes.append(notes.REMINDER)
-            plan.notes_hooks = True
+            peer = peer_of(event)
+            notes.ensure(self.workspace, peer)
+            plan.notes.append(notes.reminder(self.workspace, peer))
+            plan.notes_hooks = notes.hooks(self.workspace, peer)
         return plan
 
     def finished(self, context_key: str, ok: bool) -> bool:
