@@ -207,3 +207,32 @@ def test_sandbox_hides_secrets_around_and_inside_the_workspace(tmp_path: Path) -
     assert str(tmp_path / "absent") not in argv
     assert {"--unshare-all", "--die-with-parent", "--new-session"} <= set(argv)
     assert argv[-4:] == ["--", "/bin/sh", "-c", "make"]
+
+
+@pytest.mark.parametrize(
+    ("text", "claim"),
+    [
+        ("Done; all tests pass.", True),
+        ("Tests passed on my side.", True),
+        ("I verified the fix against the report.", True),
+        ("Verified: the totals match.", True),
+        ("The build passes now and it compiles.", True),
+        ("测试通过，已提交。", True),
+        ("已验证。", True),
+        ("It works like this: the key is hashed first.", False),
+        ("That works for me, see you Monday.", False),
+        ("Not verified yet: I could not run the suite.", False),
+        ("I have not verified it.", False),
+        ("This hasn't been verified.", False),
+        ("The draft is unverified.", False),
+        ("It should be verified by QA.", False),
+        ("No tests passed.", False),
+        ("The function works by hashing the key.", False),
+        ("未验证，请自行测试。", False),
+        ("测试未通过。", False),
+    ],
+)
+def test_only_claims_of_verification_count_as_claims(text: str, claim: bool) -> None:
+    from meshd.agent.policies.labels import claims_verification
+
+    assert claims_verification(text) is claim

@@ -11,7 +11,7 @@ auto-reply) the runtime labels it:
 - ``agent verified``: no checks configured, the model ran commands, all exit 0;
 - ``unverified``: nothing was checked.
 
-The checks are re-run when the reply claims a result (:data:`CLAIM`, English
+The checks are re-run when the reply claims verification (:data:`CLAIM`, English
 and Chinese) or the model ran commands; the claim only decides *whether* to
 check, the label is always what the checks returned. The label goes into the
 message metadata (``mesh_verification``) and a trailing line of the text, which
@@ -39,13 +39,20 @@ from meshd.agent.policies.sandbox import SANDBOX_HOME, Sandbox, check_env
 log = logging.getLogger("meshd.agent")
 
 LABELS = ("independently verified", "agent verified", "failed checks", "unverified")
+# A claim of verification ("all tests pass", "I verified it", "编译通过"), not any word near one:
+# "it works like this" and "not verified" claim nothing (a label line there is only noise).
 CLAIM = re.compile(
-    r"\b(tests? (pass|passed|green|succeed)|all (tests|checks) pass|verified|compiles?|builds? "
-    r"(pass|passes|passed|fine|succeeded|ok)|works)\b|测试通过|编译通过|已验证|验证通过",
+    r"(?<!not )(?<!n't )(?<!never )(?<!be )(?<!been )(?<!no )"
+    r"\b(tests? (pass|passed|are green|succeed|succeeded)|all (tests|checks) (pass|passed)|verified"
+    r"|compiles|builds? (pass|passes|passed|fine|succeeded|ok))\b|测试通过|编译通过|已验证|验证通过",
     re.I,
 )
 EXIT = re.compile(r"exit code[: ]+(-?\d+)", re.I)
 OUTPUT_CHARS = 400
+
+
+def claims_verification(text: str) -> bool:
+    return CLAIM.search(text) is not None
 
 
 def reported(msg: Any) -> str | None:
@@ -137,7 +144,7 @@ class Verifier:
         }
 
     async def label(self, text: str) -> tuple[str, list[Check]]:
-        if self.checks and self.sandbox is not None and (self.ran or CLAIM.search(text)):
+        if self.checks and self.sandbox is not None and (self.ran or claims_verification(text)):
             if self._rerun is None:  # once per run: the checks are the workspace's, not the reply's
                 self._rerun = [await run_check(c, self.sandbox, self.timeout) for c in self.checks]
             ok = all(c.exit_code == 0 for c in self._rerun)
@@ -155,7 +162,7 @@ class Verifier:
         label, checks = await self.label(text)
         self.metrics.inc("label_" + label.replace(" ", "_"))
         meta = {"mesh_verification": {"label": label, "checks": [c.as_json() for c in checks]}}
-        if not checks and not CLAIM.search(text):
+        if not checks and not claims_verification(text):
             # Nothing checked and nothing claimed ("It is 42."): the metadata says unverified;
             # a trailing line on every answer would only be noise (and turn "thanks" into work).
             return text, meta
