@@ -173,6 +173,9 @@ class AgentRunner:
             self._record(event, run, failed, False, detail=str(e))
             await actions.count_failure(self.policies, run, key, str(e))
             raise
+        finally:
+            assert self.sessions is not None
+            self.sessions.opened(run.opened, self.sessions.key_for(event))
         auto = False
         if outcome.kind == "ok":
             auto = await self._auto_reply(event, task, run, outcome)
@@ -199,7 +202,7 @@ class AgentRunner:
             instructions = ""
         server, mesh_tools = mesh_server(run)
         st = self.settings
-        session = self.sessions.get(self._context_key(event))
+        session = self.sessions.get(self.sessions.key_for(event))
         extra = self.extra_dirs
         opts: dict[str, Any] = {
             "system_prompt": self._system_prompt(instructions, await self.teammates.summary(), event),
@@ -258,7 +261,8 @@ class AgentRunner:
             prompt += "\n\n" + "\n\n".join(plan.notes)
         options = await self._options(event, rs, run, plan)
         stopped = lambda: plan.guards.stopped if plan.guards else None  # noqa: E731
-        prior = self.sessions.get(self._context_key(event))
+        session_key = self.sessions.key_for(event)
+        prior = self.sessions.get(session_key)
         prior_cost = prior.cost_usd if prior else 0.0
         result: ResultMessage | None = None
         session_id: str | None = None
@@ -309,7 +313,7 @@ class AgentRunner:
         turns = result.num_turns if result else run.turns
         if session_id:
             kept = total if total is not None else prior_cost
-            self.sessions.put(self._context_key(event), session_id, kept)
+            self.sessions.put(session_key, session_id, kept)
         if result is not None and kind == "ok" and result.result:
             last_text = result.result.strip() or last_text
         return Outcome(kind, cost, turns, duration, session_id, last_text, total, detail=stopped() or "")
