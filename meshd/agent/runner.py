@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -39,14 +40,15 @@ from claude_agent_sdk import __version__ as sdk_version
 from claude_agent_sdk.types import HookEvent
 
 from meshd.agent.permissions import path_guard
-from meshd.agent.policies import actions, notes
+from meshd.agent.policies import actions, notes, sandbox
 from meshd.agent.policies.chitchat import is_chit_chat
 from meshd.agent.policies.engine import Plan, Policies
+from meshd.agent.policies.sandbox import Sandbox
 from meshd.agent.prompt import Teammates, system_prompt, wake_prompt
-from meshd.agent.sessions import RunLog, RunRecord, SessionStore
+from meshd.agent.sessions import RunLog, RunRecord, SessionStore, conversation_key, peer_of
 from meshd.agent.settings import RISKY_TOOLS, AgentSettings, Policy, RunSettings, default_policy
 from meshd.agent.tools import RunContext, mesh_server, note_part
-from meshd.config import state_root
+from meshd.config import config_path, state_root
 from meshd.errors import ConflictError, MeshError, NotFoundError
 from meshd.handlers import HandlerContext, HandlerError, Reply
 from meshd.ids import derived_message_id
@@ -99,6 +101,10 @@ class AgentRunner:
         self.runs: RunLog | None = None
         self.teammates: Teammates | None = None
         self.policies = Policies(settings.policies)
+        # Refuses here, before the daemon connects, when checks would run unsandboxed.
+        self.bwrap = sandbox.locate(settings.policies.unsafe_check) if settings.policies.checks else None
+        if settings.policies.checks and self.bwrap is None:
+            log.warning("--unsafe-check: the checks run without a sandbox (bubblewrap is not installed)")
 
     def _setup(self, ctx: HandlerContext) -> None:
         if self._ready:
@@ -111,12 +117,17 @@ class AgentRunner:
         self.sessions = SessionStore(folder)
         self.runs = RunLog(folder)
         self.teammates = Teammates(ctx.client, ttl=self.settings.teammates_ttl)
-        self.policies = Policies(self.settings.policies, folder, self.workspace)
-        if self.settings.policies.notes:
-            notes.ensure(self.workspace)
+        self.policies = Policies(self.settings.policies, folder, self.workspace, self._sandbox(folder))
         self._ready = True
         log.info("agent runtime %s: workspace %s, runs on %s", RUNTIME, self.workspace,
                  ", ".join(sorted(self.settings.run_on)))  # fmt: skip
+
+    def _sandbox(self, folder: Path) -> Sandbox:
+        # What a check must not see: where keys, sessions and transcripts of other peers are.
+        hidden = [Path.home(), state_root(), folder, config_path()]
+        if os.environ.get("CLAUDE_CONFIG_DIR"):
+            hidden.append(Path(os.environ["CLAUDE_CONFIG_DIR"]))
+        return Sandbox.for_runtime(self.bwrap, self.workspace, hidden)
 
     def wants(self, event: InboxEvent) -> bool:
         """Whether ``event`` starts a run: configured types, never our own echoes."""
@@ -162,6 +173,9 @@ class AgentRunner:
             self._record(event, run, failed, False, detail=str(e))
             await actions.count_failure(self.policies, run, key, str(e))
             raise
+        finally:
+            assert self.sessions is not None
+            self.sessions.opened(run.opened, self.sessions.key_for(event))
         auto = False
         if outcome.kind == "ok":
             auto = await self._auto_reply(event, task, run, outcome)
@@ -176,7 +190,7 @@ class AgentRunner:
 
     # -- the SDK run -------------------------------------------------------------
     def _context_key(self, event: InboxEvent) -> str:
-        return event.context_id or event.task_id or f"event:{event.event_id}"
+        return conversation_key(event)
 
     async def _options(self, event: InboxEvent, rs: RunSettings, run: RunContext, plan: Plan
                        ) -> ClaudeAgentOptions:  # fmt: skip
@@ -188,10 +202,10 @@ class AgentRunner:
             instructions = ""
         server, mesh_tools = mesh_server(run)
         st = self.settings
-        session = self.sessions.get(self._context_key(event))
+        session = self.sessions.get(self.sessions.key_for(event))
         extra = self.extra_dirs
         opts: dict[str, Any] = {
-            "system_prompt": self._system_prompt(instructions, await self.teammates.summary()),
+            "system_prompt": self._system_prompt(instructions, await self.teammates.summary(), event),
             "mcp_servers": {"mesh": server},
             "strict_mcp_config": True,
             "tools": list(st.tools),
@@ -220,9 +234,9 @@ class AgentRunner:
             opts.update(resume=session.session_id, fork_session=True)
         return ClaudeAgentOptions(**opts)
 
-    def _system_prompt(self, instructions: str, teammates: str) -> str:
+    def _system_prompt(self, instructions: str, teammates: str, event: InboxEvent) -> str:
         base = system_prompt(self.me, str(self.workspace), instructions, teammates)
-        kept = notes.section(self.workspace) if self.settings.policies.notes else ""
+        kept = notes.section(self.workspace, peer_of(event)) if self.settings.policies.notes else ""
         return f"{base}\n\n{kept}" if kept else base
 
     def _hooks(self, run: RunContext, extra: list[Path], plan: Plan) -> dict[HookEvent, list[HookMatcher]]:
@@ -247,7 +261,8 @@ class AgentRunner:
             prompt += "\n\n" + "\n\n".join(plan.notes)
         options = await self._options(event, rs, run, plan)
         stopped = lambda: plan.guards.stopped if plan.guards else None  # noqa: E731
-        prior = self.sessions.get(self._context_key(event))
+        session_key = self.sessions.key_for(event)
+        prior = self.sessions.get(session_key)
         prior_cost = prior.cost_usd if prior else 0.0
         result: ResultMessage | None = None
         session_id: str | None = None
@@ -298,7 +313,7 @@ class AgentRunner:
         turns = result.num_turns if result else run.turns
         if session_id:
             kept = total if total is not None else prior_cost
-            self.sessions.put(self._context_key(event), session_id, kept)
+            self.sessions.put(session_key, session_id, kept)
         if result is not None and kind == "ok" and result.result:
             last_text = result.result.strip() or last_text
         return Outcome(kind, cost, turns, duration, session_id, last_text, total, detail=stopped() or "")

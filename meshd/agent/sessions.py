@@ -1,7 +1,11 @@
 """Per-conversation SDK sessions and the record of what runs cost, in the agent's state folder.
 
-``sessions.json`` maps a task context (``context_id``) to the SDK session that holds
-its conversation. Every run *forks* the context's session (``resume`` +
+``sessions.json`` maps a conversation — a task context (``context_id``) *and* the
+peer, the other agent of the event (:func:`conversation_key`) — to the SDK session
+that holds it. A task a run opened (``mesh_send_message``: a delegation) is
+remembered with that run's key (``opened``), so the answer on it continues the
+conversation it was opened for, not a new one of the answering peer; the
+failed-runs breaker still counts that peer's runs apart. Every run *forks* the context's session (``resume`` +
 ``fork_session``) and the mapping moves to the fork only once the run has
 finished, so a run killed half-way leaves the conversation as it was before the
 event, and its re-run starts from there instead of from a half-told story.
@@ -21,8 +25,25 @@ from pathlib import Path
 from typing import Any
 
 from meshd.files import atomic_write_json
+from meshd.models import InboxEvent
 
 MAX_SESSIONS = 5000
+
+
+def conversation_key(event: InboxEvent) -> str:
+    """What a session and the failed-runs breaker belong to: the event's context and its peer.
+
+    Context ids are chosen by whoever writes first, so a friend may name another's. Keyed
+    by the peer too, its events neither resume the other peer's session (and read what was
+    said there) nor count towards that conversation's breaker (docs/decisions/031-peer-isolation.md).
+    """
+    context = event.context_id or event.task_id or f"event:{event.event_id}"
+    return f"{context} with {peer_of(event)}"
+
+
+def peer_of(event: InboxEvent) -> str:
+    """The other agent of an event (its sender; '-' for the gateway's own notices)."""
+    return event.from_agent_id or "-"
 
 
 @dataclass
@@ -39,6 +60,9 @@ class SessionStore:
     def __init__(self, folder: Path) -> None:
         self.path = folder / "sessions.json"
         self._items: dict[str, SessionEntry] = {}
+        # Task id → the session key of the run that opened it (a delegation): the answer on
+        # that task continues that conversation. Written by this runtime only, never by a message.
+        self._opened: dict[str, str] = {}
         self._loaded = False
 
     def _load(self) -> None:
@@ -49,6 +73,9 @@ class SessionStore:
             raw = json.loads(self.path.read_text())
         except FileNotFoundError:
             return
+        opened = raw.get("opened")
+        if isinstance(opened, dict):
+            self._opened = {k: v for k, v in opened.items() if isinstance(v, str)}
         for key, value in (raw.get("sessions") or {}).items():
             if isinstance(value, dict) and isinstance(value.get("session_id"), str):
                 self._items[key] = SessionEntry(
@@ -57,6 +84,22 @@ class SessionStore:
                     runs=int(value.get("runs") or 0),
                     updated_at=float(value.get("updated_at") or 0.0),
                 )
+
+    def key_for(self, event: InboxEvent) -> str:
+        """The session an event continues: the delegating conversation's for an answer on a task
+        a run of ours opened, else the event's own context and peer."""
+        self._load()
+        return (event.task_id and self._opened.get(event.task_id)) or conversation_key(event)
+
+    def opened(self, task_ids: list[str], key: str) -> None:
+        self._load()
+        if not task_ids:
+            return
+        for task_id in task_ids:
+            self._opened[task_id] = key
+        while len(self._opened) > MAX_SESSIONS:  # oldest first: dicts keep insertion order
+            del self._opened[next(iter(self._opened))]
+        self._save()
 
     def get(self, context: str) -> SessionEntry | None:
         self._load()
@@ -77,8 +120,12 @@ class SessionStore:
                 : len(self._items) - MAX_SESSIONS
             ]:
                 del self._items[key]
+        self._save()
+
+    def _save(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_json(self.path, {"sessions": {k: asdict(v) for k, v in self._items.items()}})
+        atomic_write_json(self.path, {"sessions": {k: asdict(v) for k, v in self._items.items()},
+                                      "opened": self._opened})  # fmt: skip
 
 
 @dataclass

@@ -51,6 +51,8 @@ class RunContext:
     # Task ids this run wrote a message on (a reply or a status note).
     posted_on: set[str] = field(default_factory=set)
     posted: int = 0
+    # Tasks this run opened (mesh_send_message): their answers belong to this run's session.
+    opened: list[str] = field(default_factory=list)
     # The policies' marks on every message this run posts (complexity, handshake).
     extra: dict[str, Any] = field(default_factory=dict)
     # Labels a reply before it is posted: (text with its label line, metadata) (policies/labels.py).
@@ -169,6 +171,7 @@ def build_tools(run: RunContext) -> list[SdkMcpTool[Any]]:
                 metadata={**run.metadata(), **send_metadata(args)},
             )
             run.posted += 1
+            run.opened.append(task.task_id)
             return {"task_id": task.task_id, "context_id": task.context_id, "state": task.state,
                     "serving_agent": task.serving_agent}  # fmt: skip
 

@@ -147,10 +147,13 @@ def _policies(g: argparse._ArgumentGroup) -> None:
                    help=f"USD of a group message's run (default {c.broadcast_max_budget_usd:g})")
     g.add_argument("--no-plans", action="store_true", help="do not ask high tasks for a {task}.plan.md")
     g.add_argument("--no-notes", action="store_true",
-                   help="keep no notes/*.md in the workspace and the system prompt")  # fmt: skip
+                   help="keep no notes/<peer>/*.md in the workspace and the system prompt")  # fmt: skip
     g.add_argument("--check", action="append", default=[], metavar="CMD",
                    help="a build/test command of the workspace the runtime re-runs to verify a reply "
-                   "(repeatable; run with the shell, in the workspace)")  # fmt: skip
+                   "(repeatable; run with the shell in a bubblewrap sandbox: the workspace writable, "
+                   "no network, no secrets)")  # fmt: skip
+    g.add_argument("--unsafe-check", action="store_true",
+                   help="run the checks unsandboxed when bubblewrap (bwrap) is not installed")  # fmt: skip
     g.add_argument("--check-timeout", type=_positive(float), default=c.check_timeout, metavar="S",
                    help=f"seconds per re-run check (default {c.check_timeout:g})")  # fmt: skip
     g.add_argument(

@@ -96,9 +96,11 @@ async def cmd_agent(args: argparse.Namespace) -> int:
             broadcast_max_budget_usd=args.broadcast_max_budget_usd,
             notes=not args.no_notes,
             check_timeout=args.check_timeout,
+            unsafe_check=args.unsafe_check,
         ),
     )
     # The runner posts its own replies (with the run's figures in their metadata).
     opts = daemon_options(args, reply=False)
+    runner = AgentRunner(settings)  # refuses --check without a sandbox before connecting
     async with make_client(args, max_attempts=5) as client:
-        return await Daemon(client, AgentRunner(settings), opts).run()
+        return await Daemon(client, runner, opts).run()

@@ -8,6 +8,7 @@ allowed; the gateway shows what was posted. Waits are on log lines and requests.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -426,7 +427,6 @@ async def test_verification_labels_come_from_hooks_and_re_runs_not_from_the_repl
 async def test_high_task_plan_survives_kill_9_and_the_resumed_run_is_told_the_open_step(
     world, uniq, gateway, tmp_path
 ):
-    import re
     import threading
 
     agent = await world.alice.agent(f"r{uniq}")
@@ -480,11 +480,10 @@ async def test_notes_and_claude_md_of_the_workspace_are_in_the_next_system_promp
     def script(req: Request) -> Reply:
         if "Remember this" in req.prompt and req.called("Write") == 0:
             note = "# Learnings\n\n- Alice wants answers in metres.\n"
-            return Reply(
-                tools=[
-                    ToolCall("Write", {"file_path": str(workspace / "notes/learnings.md"), "content": note})
-                ]
-            )
+            m = re.search(r"append it to (\S+/learnings\.md)", req.prompt)  # the sender's notes
+            assert m, req.prompt
+            path = str(workspace / m.group(1))
+            return Reply(tools=[ToolCall("Write", {"file_path": path, "content": note})])
         return Reply(text="Noted.")
 
     with ModelServer(script) as model:
@@ -499,14 +498,12 @@ async def test_notes_and_claude_md_of_the_workspace_are_in_the_next_system_promp
         finally:
             await proc.stop()
         first, *_, last = model.agent_turns()
-    assert sorted(p.name for p in (workspace / "notes").iterdir()) == [
-        "decisions.md",
-        "issues.md",
-        "learnings.md",
-    ]
+    (peer,) = (workspace / "notes").iterdir()  # one folder per peer: here the owner
+    assert sorted(p.name for p in peer.iterdir()) == ["decisions.md", "issues.md", "learnings.md"]
     assert "the billing service" in first.system and "metres" not in first.system
-    assert "--- notes/learnings.md ---" in last.system and "Alice wants answers in metres." in last.system
-    assert "append it to notes/learnings.md" in first.prompt  # the reminder
+    assert f"--- notes/{peer.name}/learnings.md ---" in last.system
+    assert "Alice wants answers in metres." in last.system and "<untrusted-notes>" in last.system
+    assert f"append it to notes/{peer.name}/learnings.md" in first.prompt  # the reminder
 
 
 async def test_policies_section_of_the_docs_runs_as_written(world, uniq, gateway, tmp_path):

@@ -177,3 +177,62 @@ def test_the_senders_prompt_shows_the_label_the_other_runtime_put_on_a_reply() -
     # We (x@c) take part but do not serve it; the serving side's runtime labelled its reply.
     plan = Policies(PolicyConfig(), workspace=Path("/nonexistent")).plan(event, task, "x@c", "c-1")
     assert "bob@b's runtime labelled this reply: failed checks — `make test` exit 2 (runtime)." in plan.notes
+
+
+def test_a_check_gets_only_allow_listed_variables_and_its_own_home() -> None:
+    from meshd.agent.policies.sandbox import check_env
+
+    env = {"PATH": "/usr/bin", "LANG": "C.UTF-8", "MESH_API_KEY": "mk_x", "ANTHROPIC_API_KEY": "sk",
+           "GITHUB_TOKEN": "ghp", "AWS_SECRET_ACCESS_KEY": "a", "HOME": "/root",
+           "LD_PRELOAD": "/x.so"}  # fmt: skip
+    want = {"PATH": "/usr/bin", "LANG": "C.UTF-8", "HOME": "/tmp/h", "TMPDIR": "/tmp"}
+    assert check_env("/tmp/h", env) == want
+
+
+def test_sandbox_hides_secrets_around_and_inside_the_workspace(tmp_path: Path) -> None:
+    from meshd.agent.policies.sandbox import Sandbox
+
+    state = tmp_path / "state"
+    ws = state / "workspace"
+    (ws / "keys").mkdir(parents=True)
+    cfg = tmp_path / "config.json"
+    cfg.write_text("{}")
+    hidden = [state, cfg, ws / "keys", tmp_path / "absent"]
+    argv = Sandbox.for_runtime("/usr/bin/bwrap", ws, hidden).argv("make")
+    at = {a: i for i, a in enumerate(argv)}
+    bind = argv.index("--bind")
+    # The state folder is hidden before the workspace is bound into it; a folder inside after.
+    assert argv[at[str(state)] - 1] == "--tmpfs" and at[str(state)] < bind < at[str(ws / "keys")]
+    assert argv[at[str(cfg)] - 2 : at[str(cfg)]] == ["--ro-bind", "/dev/null"]
+    assert str(tmp_path / "absent") not in argv
+    assert {"--unshare-all", "--die-with-parent", "--new-session"} <= set(argv)
+    assert argv[-4:] == ["--", "/bin/sh", "-c", "make"]
+
+
+@pytest.mark.parametrize(
+    ("text", "claim"),
+    [
+        ("Done; all tests pass.", True),
+        ("Tests passed on my side.", True),
+        ("I verified the fix against the report.", True),
+        ("Verified: the totals match.", True),
+        ("The build passes now and it compiles.", True),
+        ("测试通过，已提交。", True),
+        ("已验证。", True),
+        ("It works like this: the key is hashed first.", False),
+        ("That works for me, see you Monday.", False),
+        ("Not verified yet: I could not run the suite.", False),
+        ("I have not verified it.", False),
+        ("This hasn't been verified.", False),
+        ("The draft is unverified.", False),
+        ("It should be verified by QA.", False),
+        ("No tests passed.", False),
+        ("The function works by hashing the key.", False),
+        ("未验证，请自行测试。", False),
+        ("测试未通过。", False),
+    ],
+)
+def test_only_claims_of_verification_count_as_claims(text: str, claim: bool) -> None:
+    from meshd.agent.policies.labels import claims_verification
+
+    assert claims_verification(text) is claim

@@ -40,6 +40,8 @@ class PolicyConfig:
     broadcast_max_budget_usd: float = 3.0
     # {task}.plan.md for high tasks (told to write it; told where it stopped when resumed).
     plans: bool = True
-    # notes/*.md and CLAUDE.md of the workspace in the system prompt, reminders to keep them.
+    # notes/<peer>/*.md (for that peer's events) and CLAUDE.md in the system prompt, reminders to keep them.
     notes: bool = True
     check_timeout: float = 300.0
+    # Run the checks without bubblewrap when it is not installed (--unsafe-check).
+    unsafe_check: bool = False

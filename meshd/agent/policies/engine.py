@@ -23,6 +23,8 @@ from meshd.agent.policies.config import PolicyConfig
 from meshd.agent.policies.guards import RunGuards
 from meshd.agent.policies.labels import Verifier
 from meshd.agent.policies.metrics import PolicyMetrics
+from meshd.agent.policies.sandbox import Sandbox
+from meshd.agent.sessions import peer_of
 from meshd.agent.settings import RunSettings
 from meshd.models import InboxEvent, Task
 
@@ -43,7 +45,7 @@ class Plan:
     notes: list[str] = field(default_factory=list)  # added to the wake-up prompt
     guards: RunGuards | None = None
     verifier: Verifier | None = None
-    notes_hooks: bool = False
+    notes_hooks: dict[HookEvent, list[HookMatcher]] = field(default_factory=dict)
     metadata: dict[str, Any] = field(default_factory=dict)  # merged into every message's metadata
 
     def settings(self, rs: RunSettings, config: PolicyConfig) -> RunSettings:
@@ -56,19 +58,19 @@ class Plan:
         out: dict[HookEvent, list[HookMatcher]] = {}
         if self.handshake:
             out.update(handshake.read_only(metrics))
-        if self.notes_hooks:
-            out.update(notes.hooks())
-        for source in (self.guards, self.verifier):
-            if source is not None:
-                for name, matchers in source.hooks().items():
-                    out.setdefault(name, []).extend(matchers)
+        sources = [self.notes_hooks, *(s.hooks() for s in (self.guards, self.verifier) if s is not None)]
+        for source in sources:
+            for name, matchers in source.items():
+                out.setdefault(name, []).extend(matchers)
         return out
 
 
 class Policies:
-    def __init__(self, config: PolicyConfig, folder: Path | None = None, workspace: Path = Path(".")) -> None:
+    def __init__(self, config: PolicyConfig, folder: Path | None = None, workspace: Path = Path("."),
+                 sandbox: Sandbox | None = None) -> None:  # fmt: skip
         self.config = config
         self.workspace = workspace
+        self.sandbox = sandbox
         self.metrics = PolicyMetrics(folder)
         # Failed runs in a row per context (in memory: a restart gives a context another chance).
         self.failures: Counter[str] = Counter()
@@ -89,7 +91,7 @@ class Policies:
         level, source = complexity.level_of(event, task)
         plan = Plan(level=level, level_source=source, guards=RunGuards(c, self.metrics),
                     broadcast=event.type == "group.message" or bool(event.payload.get("group_id")),
-                    verifier=Verifier(c.checks, self.workspace, self.metrics, c.check_timeout))  # fmt: skip
+                    verifier=Verifier(c.checks, self.sandbox, self.metrics, c.check_timeout))  # fmt: skip
         plan.metadata = {"mesh_policy": {"complexity": level}}
         self.metrics.inc(f"complexity_{level}", source)
         sender = event.from_agent_id or "the sender"
@@ -115,8 +117,10 @@ class Policies:
             # The other side's runtime wrote it: shown as its claim, with what it says it ran.
             plan.notes.append(f"{sender}'s runtime labelled this reply: {label}.")
         if c.notes:
-            plan.notes.append(notes.REMINDER)
-            plan.notes_hooks = True
+            peer = peer_of(event)
+            notes.ensure(self.workspace, peer)
+            plan.notes.append(notes.reminder(self.workspace, peer))
+            plan.notes_hooks = notes.hooks(self.workspace, peer)
         return plan
 
     def finished(self, context_key: str, ok: bool) -> bool:

@@ -11,7 +11,7 @@ auto-reply) the runtime labels it:
 - ``agent verified``: no checks configured, the model ran commands, all exit 0;
 - ``unverified``: nothing was checked.
 
-The checks are re-run when the reply claims a result (:data:`CLAIM`, English
+The checks are re-run when the reply claims verification (:data:`CLAIM`, English
 and Chinese) or the model ran commands; the claim only decides *whether* to
 check, the label is always what the checks returned. The label goes into the
 message metadata (``mesh_verification``) and a trailing line of the text, which
@@ -22,27 +22,37 @@ was checked and nothing claimed: the metadata still says ``unverified``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import os
 import re
+import signal
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from claude_agent_sdk import HookMatcher
 from claude_agent_sdk.types import HookEvent
 
 from meshd.agent.policies.metrics import PolicyMetrics
+from meshd.agent.policies.sandbox import SANDBOX_HOME, Sandbox, check_env
 
 log = logging.getLogger("meshd.agent")
 
 LABELS = ("independently verified", "agent verified", "failed checks", "unverified")
+# A claim of verification ("all tests pass", "I verified it", "编译通过"), not any word near one:
+# "it works like this" and "not verified" claim nothing (a label line there is only noise).
 CLAIM = re.compile(
-    r"\b(tests? (pass|passed|green|succeed)|all (tests|checks) pass|verified|compiles?|builds? "
-    r"(pass|passes|passed|fine|succeeded|ok)|works)\b|测试通过|编译通过|已验证|验证通过",
+    r"(?<!not )(?<!n't )(?<!never )(?<!be )(?<!been )(?<!no )"
+    r"\b(tests? (pass|passed|are green|succeed|succeeded)|all (tests|checks) (pass|passed)|verified"
+    r"|compiles|builds? (pass|passes|passed|fine|succeeded|ok))\b|测试通过|编译通过|已验证|验证通过",
     re.I,
 )
 EXIT = re.compile(r"exit code[: ]+(-?\d+)", re.I)
 OUTPUT_CHARS = 400
+
+
+def claims_verification(text: str) -> bool:
+    return CLAIM.search(text) is not None
 
 
 def reported(msg: Any) -> str | None:
@@ -69,15 +79,27 @@ class Check:
         return {"command": self.command, "exit_code": self.exit_code, "by": self.by}
 
 
-async def run_check(command: str, cwd: Path, timeout: float) -> Check:
-    proc = await asyncio.create_subprocess_shell(
-        command, cwd=str(cwd), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
-    )
+async def run_check(command: str, sandbox: Sandbox, timeout: float) -> Check:
+    """Run one check in ``sandbox`` (docs/decisions/031-peer-isolation.md)."""
+    with contextlib.ExitStack() as stack:
+        temp = sandbox.home()
+        home = stack.enter_context(temp) if temp is not None else SANDBOX_HOME
+        return await _run(command, sandbox, check_env(home), timeout)
+
+
+async def _run(command: str, sandbox: Sandbox, env: dict[str, str], timeout: float) -> Check:
+    argv = sandbox.argv(command)
+    # Its own process group: a timed-out check is killed with everything it started.
+    proc = await asyncio.create_subprocess_exec(
+        *argv, cwd=str(sandbox.workspace), env=env, stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
     try:
         async with asyncio.timeout(timeout):
             out, _ = await proc.communicate()
     except TimeoutError:
-        proc.kill()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
         await proc.wait()
         return Check(command, -1, "runtime", f"timed out after {timeout:g} s")
     return Check(command, proc.returncode or 0, "runtime", out.decode(errors="replace")[-OUTPUT_CHARS:])
@@ -88,7 +110,7 @@ class Verifier:
     """One run's record of commands, and the labelling of its replies."""
 
     checks: tuple[str, ...]
-    workspace: Path
+    sandbox: Sandbox | None  # where the checks run; None: no checks are run
     metrics: PolicyMetrics
     timeout: float = 300.0
     ran: list[Check] = field(default_factory=list)
@@ -122,9 +144,9 @@ class Verifier:
         }
 
     async def label(self, text: str) -> tuple[str, list[Check]]:
-        if self.checks and (self.ran or CLAIM.search(text)):
+        if self.checks and self.sandbox is not None and (self.ran or claims_verification(text)):
             if self._rerun is None:  # once per run: the checks are the workspace's, not the reply's
-                self._rerun = [await run_check(c, self.workspace, self.timeout) for c in self.checks]
+                self._rerun = [await run_check(c, self.sandbox, self.timeout) for c in self.checks]
             ok = all(c.exit_code == 0 for c in self._rerun)
             return ("independently verified" if ok else "failed checks"), self._rerun
         if self.ran:
@@ -140,7 +162,7 @@ class Verifier:
         label, checks = await self.label(text)
         self.metrics.inc("label_" + label.replace(" ", "_"))
         meta = {"mesh_verification": {"label": label, "checks": [c.as_json() for c in checks]}}
-        if not checks and not CLAIM.search(text):
+        if not checks and not claims_verification(text):
             # Nothing checked and nothing claimed ("It is 42."): the metadata says unverified;
             # a trailing line on every answer would only be noise (and turn "thanks" into work).
             return text, meta
