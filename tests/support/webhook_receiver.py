@@ -68,6 +68,9 @@ class Receiver:
                 self._changed.clear()
                 await self._changed.wait()
 
+    async def wait_received(self, n: int) -> None:
+        await self.wait(lambda r: len(r.received) >= n)
+
     def seqs(self) -> list[int]:
         return [r.seq for r in self.received]
 
