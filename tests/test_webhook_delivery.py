@@ -18,6 +18,7 @@ from typing import Any
 
 import asyncpg
 import pytest
+from standardwebhooks import Webhook
 
 from app.db import create_pool
 from app.metrics import WEBHOOK_FAILURES
@@ -238,3 +239,19 @@ async def test_redirects_are_not_followed(migrated):
         state = await h.webhook(agent)
         assert "302" in state["last_error"] and "not followed" in state["last_error"]
         assert rx.received == [] and state["pending"] >= 1
+
+
+async def test_rotation_signs_with_both_secrets_during_the_grace(migrated):
+    async with hooked_mesh(migrated) as h:
+        agent, rx = await h.receiver("rotated")
+        old = rx.secret
+        rotated = ok(await h.owner.http.put(f"/v1/agents/{agent.agent_id}/webhook",
+                                            json={"url": rx.url}, headers=h.owner.headers))
+        rx.secret = rotated["secret"]
+        await h.send(agent, 1)
+        expected = await h.inbox_ids(agent)
+        await rx.wait_received(len(expected))
+        last = rx.received[-1]
+        assert len(last.headers["webhook-signature"].split(" ")) == 2
+        Webhook(old).verify(last.body, last.headers)  # a receiver not yet updated
+        Webhook(rx.secret).verify(last.body, last.headers)
