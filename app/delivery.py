@@ -53,7 +53,7 @@ def auth_notice(agent_id: str) -> str:
 # What a notice says: an event reached the agent's Redis stream (the push worker's,
 # after "{agent_id} {seq}"), its credentials changed, an event of it committed
 # (below: wakes readers of Postgres only), or who may reach whom changed (below).
-NoticeKind = Literal["event", "auth", "commit", "reach"]
+NoticeKind = Literal["event", "auth", "commit", "reach", "webhook"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +73,10 @@ class Notice:
     def reach(self) -> bool:
         return self.kind == "reach"
 
+    @property
+    def webhook(self) -> bool:
+        return self.kind == "webhook"
+
 
 def parse_notice(data: bytes | str) -> Notice:
     text = data.decode() if isinstance(data, bytes) else str(data)
@@ -83,6 +87,8 @@ def parse_notice(data: bytes | str) -> Notice:
         return Notice(agent_id, "commit")
     if agent_id == REACH_AGENT and what == REACH_CHANGED:
         return Notice(agent_id, "reach")
+    if what == WEBHOOK_CHANGED:
+        return Notice(agent_id, "webhook")
     return Notice(agent_id)
 
 
@@ -120,3 +126,14 @@ COMMITTED = "commit"
 
 def commit_notice(agent_id: str) -> str:
     return f"{agent_id} {COMMITTED}"
+
+
+# --- webhook notices (ADR 035) -------------------------------------------------------
+# An owner registered or replaced an agent's webhook: the webhook processes start
+# delivering it now rather than at their next sweep. Other readers wake as for an
+# event notice (a harmless re-read).
+WEBHOOK_CHANGED = "webhook"
+
+
+def webhook_notice(agent_id: str) -> str:
+    return f"{agent_id} {WEBHOOK_CHANGED}"

@@ -20,7 +20,7 @@ from starlette.types import ASGIApp
 
 from app import db, health, openapi
 from app.a2a import routes as a2a_routes
-from app.api import admin, auth, inbox, index, mesh, owners, sse, tasks, teams, timeline
+from app.api import admin, auth, inbox, index, mesh, owners, sse, tasks, teams, timeline, webhooks
 from app.api.deps import State, state
 from app.auth_throttle import AuthThrottle
 from app.console.routes import console_routes
@@ -90,7 +90,7 @@ class MeshApp(Starlette):
 
 def api_routes() -> list[BaseRoute]:
     return [*auth.routes, *owners.routes, *mesh.routes, *tasks.routes, *inbox.routes, *sse.routes,
-            *admin.routes, *timeline.routes, *teams.routes]
+            *admin.routes, *timeline.routes, *teams.routes, *webhooks.routes]
 
 
 def refuse_unsafe(settings: Settings) -> None:

@@ -104,3 +104,22 @@ OUTBOX_OLDEST_AGE = Gauge(
     "agent_mesh_outbox_oldest_pending_age_seconds",
     "Age of the oldest pending outbox row (0 when none), set by cron.",
 )
+# --- webhook delivery (workers/webhook.py, ADR 035): no per-agent labels ------------
+WEBHOOK_ATTEMPTS = Counter(
+    "agent_mesh_webhook_attempts_total",
+    "Webhook POSTs attempted (one per event and try).",
+)
+WEBHOOK_FAILURES = Counter(
+    "agent_mesh_webhook_failures_total",
+    "Webhook attempts that did not ack, by reason (status, timeout, connect, refused).",
+    ["reason"],
+)
+WEBHOOK_BREAKERS_OPEN = Gauge(
+    "agent_mesh_webhook_breakers_open",
+    "Agents whose webhook breaker is open (all of the mesh's, read at each sweep).",
+)
+WEBHOOK_LATENCY = Histogram(
+    "agent_mesh_webhook_delivery_seconds",
+    "Webhook POST round trip, from connect to the answer, whatever the answer.",
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+)

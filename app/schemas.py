@@ -208,3 +208,8 @@ class BroadcastCreate(Strict):
         if self.to_agent_ids is not None and len(set(self.to_agent_ids)) != len(self.to_agent_ids):
             raise ValueError("to_agent_ids lists an agent twice")
         return self
+
+
+class WebhookPut(Strict):
+    # Longer URLs and other forms are refused by app.webhook_target with a reason.
+    url: Annotated[str, StringConstraints(min_length=1, max_length=4096)]

@@ -148,6 +148,31 @@ class Settings(BaseSettings):
     # pass of ~0.2 s at the first request after an idle spell.
     web_gc_threshold: tuple[int, int, int] = (10_000, 5, 100)
 
+    # --- webhook delivery (ADR 035) -------------------------------------------
+    # Private, loopback, link-local and metadata targets are refused at
+    # registration and at connect time unless this is set (local development, tests).
+    webhook_allow_private: bool = False
+    # A delivery is acked by a 2xx within this many seconds, else retried.
+    webhook_timeout_seconds: float = Field(default=10.0, gt=0)
+    # Retries of one event: base·2^n seconds up to the cap, with jitter.
+    webhook_retry_base_seconds: float = Field(default=0.5, gt=0)
+    webhook_retry_cap_seconds: float = Field(default=30.0, gt=0)
+    # Failures in a row that open an agent's breaker; the first cool-down before
+    # its half-open probe, doubled after each failed probe up to the cap.
+    webhook_breaker_failures: int = Field(default=5, ge=1)
+    webhook_cooldown_seconds: float = Field(default=30.0, gt=0)
+    webhook_cooldown_max_seconds: float = Field(default=900.0, gt=0)
+    # After a PUT rotates the secret, the old one still signs for this long.
+    webhook_secret_grace_seconds: float = Field(default=24 * 3600, ge=0)
+    # The key that seals signing secrets in Postgres; unset: derived from jwt_secret.
+    webhook_secret_key: str | None = None
+    webhook_sweep_seconds: float = Field(default=5.0, gt=0)
+    # POSTs in flight at once per webhook process (each agent has at most one).
+    webhook_concurrency: int = Field(default=64, ge=1)
+    # How long a process's claim on an agent's delivery lasts without renewal.
+    webhook_lease_seconds: float = Field(default=120.0, gt=0)
+    webhook_response_max_bytes: int = Field(default=4096, ge=0)
+
     @property
     def bus_kind(self) -> Literal["kafka", "nats", "redis"]:
         if self.bus == "auto":

@@ -36,6 +36,8 @@ def console_routes() -> list[BaseRoute]:
         Route("/agents/{agent_id}/delete", views_agents.delete_agent, methods=POST),
         Route("/agents/{agent_id}/keys", views_agents.create_key, methods=POST),
         Route("/agents/{agent_id}/keys/{key_id}/revoke", views_agents.revoke_key, methods=POST),
+        Route("/agents/{agent_id}/webhook", views_agents.put_webhook, methods=POST),
+        Route("/agents/{agent_id}/webhook/delete", views_agents.delete_webhook, methods=POST),
         Route("/tasks", views_tasks.tasks, methods=GET),
         Route("/tasks", views_tasks.start_task, methods=POST),
         Route("/tasks/{task_id}", views_tasks.task, methods=GET),

@@ -11,8 +11,9 @@ from app.console.owned import my_agents
 from app.console.web import ActionError, Ctx, action, back, page, validated
 from app.errors import Problem
 from app.responses import AgentOut, NewKey
-from app.schemas import AgentCreate, AgentPatch
-from app.services import accounts
+from app.responses.webhooks import WebhookCreated
+from app.schemas import AgentCreate, AgentPatch, WebhookPut
+from app.services import accounts, webhooks
 
 
 def _skills(raw: str) -> list[Any] | None:
@@ -54,13 +55,18 @@ async def create_agent(ctx: Ctx) -> Response:
 
 
 async def agent_page(ctx: Ctx, *, error: ActionError | None = None, status: int = 200,
-                     new_key: NewKey | None = None) -> Response:
+                     new_key: NewKey | None = None,
+                     new_webhook: WebhookCreated | None = None) -> Response:
     agent_id = ctx.path("agent_id")
     pool = ctx.state.pool
     agent = AgentOut.of(await accounts.owned_agent(pool, ctx.owner, agent_id))
     keys = await accounts.list_keys(pool, ctx.owner, agent_id)
+    try:
+        webhook = await webhooks.get(pool, ctx.owner, agent_id)
+    except Problem:
+        webhook = None  # none registered
     return ctx.render("agent.html", status=status, error=error, nav="agents", agent=agent,
-                      keys=keys, new_key=new_key,
+                      keys=keys, new_key=new_key, webhook=webhook, new_webhook=new_webhook,
                       skills_json=json.dumps(agent.skills, indent=2) if agent.skills else "")
 
 
@@ -103,3 +109,20 @@ async def revoke_key(ctx: Ctx) -> Response:
     await accounts.revoke_key(ctx.state.pool, ctx.owner, agent_id, ctx.path("key_id"),
                               auth_changed=ctx.state.auth_changed)
     return back(f"/console/agents/{agent_id}?revoked=1")
+
+
+@action("put-webhook", agent_page)
+async def put_webhook(ctx: Ctx) -> Response:
+    # Rendered, not redirected: the signing secret is shown in this response only.
+    body = validated(WebhookPut, {"url": ctx.form.get("url", "")})
+    s = ctx.state
+    created = await webhooks.put(s.pool, s.redis, s.settings, ctx.owner, ctx.path("agent_id"),
+                                 body.url)
+    return await agent_page(ctx, new_webhook=created)
+
+
+@action("delete-webhook", agent_page)
+async def delete_webhook(ctx: Ctx) -> Response:
+    agent_id = ctx.path("agent_id")
+    await webhooks.remove(ctx.state.pool, ctx.owner, agent_id)
+    return back(f"/console/agents/{agent_id}?webhook_removed=1")

@@ -95,16 +95,33 @@ async def ack(conn: Conn, agent_id: str, seq: int) -> asyncpg.Record | None:
         "WHERE agent_id = $1 RETURNING acked_seq, inbox_seq", agent_id, seq)
 
 
+async def set_reachable(conn: Conn, agent_id: str, reachable: bool) -> None:
+    """Presence from webhook delivery (ADR 035): a 2xx makes the agent ``active``,
+    an opened breaker ``inactive``. A draining agent stays draining."""
+    if reachable:
+        await conn.execute(
+            "UPDATE agents SET status = 'active', last_heartbeat_at = now() "
+            "WHERE agent_id = $1 AND status = 'inactive'", agent_id)
+    else:
+        await conn.execute(
+            "UPDATE agents SET status = 'inactive' WHERE agent_id = $1 AND status = 'active'",
+            agent_id)
+
+
 # --- cron: presence expiry and consumer lag ------------------------------------------
 
 async def expire_heartbeats(conn: Conn, cutoff: datetime, limit: int) -> list[str]:
     """One bounded batch: active agents whose last heartbeat is older than ``cutoff``
-    become ``inactive``. Draining agents are left alone. A row another transaction
-    holds (a heartbeat in flight) is skipped; the condition is re-checked under the
-    row lock, so an agent that just heartbeated is never expired."""
+    become ``inactive``. Draining agents are left alone, and so are agents whose
+    webhook's breaker is closed: they are reachable without a heartbeat (ADR 035).
+    A row another transaction holds (a heartbeat in flight) is skipped; the
+    condition is re-checked under the row lock, so an agent that just heartbeated
+    is never expired."""
     rows = await conn.fetch(
         "UPDATE agents SET status = 'inactive' WHERE agent_id IN ("
         " SELECT agent_id FROM agents WHERE status = 'active' AND last_heartbeat_at < $1"
+        " AND NOT EXISTS (SELECT 1 FROM agent_webhooks w"
+        "                 WHERE w.agent_id = agents.agent_id AND w.breaker = 'closed')"
         " ORDER BY last_heartbeat_at LIMIT $2 FOR UPDATE SKIP LOCKED)"
         " AND status = 'active' AND last_heartbeat_at < $1 RETURNING agent_id",
         cutoff, limit)

@@ -1,0 +1,45 @@
+"""Owner side: an agent's webhook (ADR 035, docs/webhooks.md)."""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from app.api.deps import body, doc, json, owner, state
+from app.responses.webhooks import WebhookCreated, WebhookOut
+from app.schemas import WebhookPut
+from app.services import webhooks
+
+
+@doc("Register or replace the agent's webhook; the signing secret is shown only here "
+     "(a replaced secret keeps signing for a grace period)", body=WebhookPut,
+     response=WebhookCreated, auth="owner", tag="owners")
+async def put_webhook(request: Request) -> Response:
+    me = await owner(request)
+    data = await body(request, WebhookPut)
+    s = state(request)
+    return json(await webhooks.put(s.pool, s.redis, s.settings, me,
+                                   request.path_params["agent_id"], data.url))
+
+
+@doc("The agent's webhook: url, status, last error, last success, pending events",
+     response=WebhookOut, auth="owner", tag="owners")
+async def get_webhook(request: Request) -> Response:
+    me = await owner(request)
+    return json(await webhooks.get(state(request).pool, me, request.path_params["agent_id"]))
+
+
+@doc("Remove the agent's webhook; its events stay in the inbox", auth="owner", status=204,
+     tag="owners")
+async def delete_webhook(request: Request) -> Response:
+    me = await owner(request)
+    await webhooks.remove(state(request).pool, me, request.path_params["agent_id"])
+    return Response(status_code=204)
+
+
+routes = [
+    Route("/v1/agents/{agent_id}/webhook", put_webhook, methods=["PUT"]),
+    Route("/v1/agents/{agent_id}/webhook", get_webhook, methods=["GET"]),
+    Route("/v1/agents/{agent_id}/webhook", delete_webhook, methods=["DELETE"]),
+]

@@ -1,0 +1,257 @@
+"""Webhook delivery over real HTTP: order, exactly-once acks, retries, the breaker,
+isolation between agents, and the connect-time SSRF rule (ADR 035).
+
+The receivers are real servers on 127.0.0.1 (tests/support/webhook_receiver.py),
+so these gateways run with MESH_WEBHOOK_ALLOW_PRIVATE=true; the worker is the
+one ``python -m workers.webhook`` builds, in this event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import asyncpg
+import pytest
+from standardwebhooks import Webhook
+
+from app.db import create_pool
+from app.metrics import WEBHOOK_FAILURES
+from app.settings import Settings
+from tests.api_helpers import ok, until
+from tests.support.isolated import isolated_settings
+from tests.support.meshapi import AgentHandle, MeshFactory, OwnerHandle
+from tests.support.servers import serve_app
+from tests.support.webhook_receiver import Receiver
+from workers import webhook as webhook_worker
+from workers.runtime import running
+from workers.webhook import WebhookWorker
+
+FAST = {
+    "webhook_allow_private": True,
+    "webhook_timeout_seconds": 1.0,
+    "webhook_retry_base_seconds": 0.02,
+    "webhook_retry_cap_seconds": 0.1,
+    "webhook_cooldown_seconds": 0.1,
+    "webhook_cooldown_max_seconds": 0.4,
+    "webhook_sweep_seconds": 0.5,
+}
+
+
+@dataclass
+class Hooked:
+    settings: Settings
+    mesh: MeshFactory
+    pool: asyncpg.Pool
+    worker: WebhookWorker
+    owner: OwnerHandle
+    sender: AgentHandle
+
+    async def receiver(self, name: str, **kw: Any) -> tuple[AgentHandle, Receiver]:
+        """An agent of the owner with a webhook to a started receiver."""
+        agent = await self.owner.agent(name)
+        await self.mesh.befriend(self.sender, agent)
+        rx = Receiver(**kw)
+        await rx.start()
+        created = ok(await self.owner.http.put(f"/v1/agents/{agent.agent_id}/webhook",
+                                               json={"url": rx.url}, headers=self.owner.headers))
+        rx.secret = created["secret"]
+        return agent, rx
+
+    async def send(self, to: AgentHandle, n: int, tag: str = "m") -> None:
+        gate = asyncio.Semaphore(16)
+
+        async def one(i: int) -> None:
+            async with gate:
+                await self.sender.send(to.agent_id, f"{tag}-{i}")
+
+        await asyncio.gather(*(one(i) for i in range(n)))
+
+    async def inbox_ids(self, agent: AgentHandle) -> list[tuple[int, str]]:
+        rows = await self.pool.fetch("SELECT seq, event_id FROM inbox_events WHERE agent_id = $1 "
+                                     "ORDER BY seq", agent.agent_id)
+        return [(r["seq"], r["event_id"]) for r in rows]
+
+    async def webhook(self, agent: AgentHandle) -> dict[str, Any]:
+        return ok(await self.owner.get(f"/v1/agents/{agent.agent_id}/webhook"))  # type: ignore[no-any-return]
+
+
+@contextlib.asynccontextmanager
+async def hooked_mesh(base: Settings, worker_overrides: dict[str, Any] | None = None,
+                      **overrides: Any) -> AsyncIterator[Hooked]:
+    settings = await isolated_settings(base, **(FAST | overrides))
+    worker_settings = Settings(**(settings.model_dump() | (worker_overrides or {})))
+    pool = await create_pool(settings, min_size=1, max_size=4)
+    try:
+        async with serve_app(settings) as url, MeshFactory.connect(url) as mesh, \
+                running(webhook_worker.build, worker_settings) as worker:
+            owner = await mesh.owner()
+            sender = await owner.agent("sender")
+            yield Hooked(settings, mesh, pool, worker, owner, sender)
+    finally:
+        await pool.close()
+
+
+async def test_events_arrive_signed_in_order_and_are_acked(migrated):
+    async with hooked_mesh(migrated) as h:
+        agent, rx = await h.receiver("one")
+        await h.send(agent, 30)
+        expected = await h.inbox_ids(agent)
+        assert len(expected) >= 30  # the friendship's events came first
+        await rx.wait(lambda r: len(r.received) >= len(expected))
+        assert [(r.seq, r.event_id) for r in rx.received] == expected
+        assert rx.bad_signatures == 0
+        body = rx.received[0]
+        assert body.headers["webhook-id"] == body.event_id
+        assert body.headers["webhook-signature"].startswith("v1,")
+        # The same bytes the long-poll (and SSE) hand out for that seq.
+        page = await agent.inbox(after=0)
+        assert [r.body for r in rx.received] == [
+            json.dumps(e, ensure_ascii=False, separators=(",", ":")).encode()
+            for e in page["events"]]
+        await until(lambda: h.pool.fetchval(
+            "SELECT acked_seq = inbox_seq FROM agents WHERE agent_id = $1", agent.agent_id))
+        state = await h.webhook(agent)
+        assert state["status"] == "ok" and state["pending"] == 0 and state["last_success_at"]
+        receipts = await h.pool.fetchval(
+            "SELECT count(*) FROM inbox_events WHERE agent_id = $1 AND delivered_at IS NULL",
+            agent.agent_id)
+        assert receipts == 0
+
+
+# Events in the chaos run: 1,000 by default (MESH_WEBHOOK_TEST_EVENTS to change).
+EVENTS = int(os.environ.get("MESH_WEBHOOK_TEST_EVENTS", "1000"))
+
+
+def failing_for(n_failures: int, then: str = "ok"):
+    return lambda n: "fail" if n <= n_failures else then
+
+
+@pytest.mark.slow
+async def test_chaos_every_event_once_in_order(migrated):
+    """Five webhook agents, EVENTS events between them; receivers answer 500 for a
+    while, hang past the timeout, restart, and one goes down for good."""
+    per_agent = EVENTS // 5
+    async with hooked_mesh(migrated) as h:
+        erratic, rx_erratic = await h.receiver("erratic", behaviour=failing_for(40))
+        hangs, rx_hangs = await h.receiver(
+            "hangs", behaviour=lambda n: "hang" if n <= 3 else ("fail" if n % 50 == 0 else "ok"))
+        restarts, rx_restarts = await h.receiver("restarts")
+        steady, rx_steady = await h.receiver("steady")
+        dies, rx_dies = await h.receiver("dies")
+        live = [(erratic, rx_erratic), (hangs, rx_hangs), (restarts, rx_restarts),
+                (steady, rx_steady)]
+
+        sending = asyncio.gather(*(h.send(a, per_agent) for a, _ in [*live, (dies, rx_dies)]))
+        # Take the dying one down once it had a few; and restart the other mid-run.
+        await rx_dies.wait(lambda r: len(r.received) >= 3)
+        await rx_dies.stop()
+        await rx_restarts.wait(lambda r: len(r.received) >= per_agent // 4)
+        await rx_restarts.stop()
+        await until(lambda: h.pool.fetchval(
+            "SELECT failures >= 2 FROM agent_webhooks WHERE agent_id = $1", restarts.agent_id))
+        await rx_restarts.start()
+        await sending
+
+        for agent, rx in live:
+            expected = await h.inbox_ids(agent)
+            assert len(expected) >= per_agent
+            await rx.wait_received(len(expected))
+            got = [(r.seq, r.event_id) for r in rx.received]
+            assert got == expected, f"{agent.agent_id}: not every event exactly once in order"
+            assert rx.bad_signatures == 0
+        assert rx_erratic.requests > len(rx_erratic.received)  # the 500s were retried
+
+        # The dead one: breaker open, the agent inactive, every event still in the inbox.
+        await until(lambda: h.pool.fetchval(
+            "SELECT breaker = 'open' FROM agent_webhooks WHERE agent_id = $1", dies.agent_id))
+        state = await h.webhook(dies)
+        all_dies = await h.inbox_ids(dies)
+        assert state["status"] == "open" and state["last_error"]
+        assert state["pending"] == len(all_dies) - len(rx_dies.received)
+        page = await dies.inbox(after=0, limit=500)
+        assert [(e["seq"], e["event_id"]) for e in page["events"]] == all_dies[:500]
+        agent_dies = ok(await h.owner.get(f"/v1/agents/{dies.agent_id}"))
+        agent_erratic = ok(await h.owner.get(f"/v1/agents/{erratic.agent_id}"))
+        assert agent_dies["status"] == "inactive" and agent_erratic["status"] == "active"
+        for agent, _ in live:
+            assert (await h.webhook(agent))["status"] == "ok"
+
+
+async def test_a_slow_receiver_delays_only_its_own_agent(migrated):
+    async with hooked_mesh(migrated, webhook_timeout_seconds=60.0) as h:
+        slow, rx_slow = await h.receiver("slow", behaviour=lambda n: "hang" if n == 1 else "ok")
+        others = [await h.receiver(f"fast{i}") for i in range(3)]
+        await h.send(slow, 20)
+        await rx_slow.wait(lambda r: r.hanging == 1)
+        await asyncio.gather(*(h.send(a, 40) for a, _ in others))
+        for agent, rx in others:
+            expected = await h.inbox_ids(agent)
+            await rx.wait_received(len(expected))
+            assert [(r.seq, r.event_id) for r in rx.received] == expected
+        # Everything of the others arrived while the slow one was still stuck on its first.
+        assert rx_slow.hanging == 1 and rx_slow.received == []
+        rx_slow.release.set()
+        expected = await h.inbox_ids(slow)
+        await rx_slow.wait(lambda r: len(r.received) >= len(expected))
+        assert [(r.seq, r.event_id) for r in rx_slow.received] == expected
+
+
+def refused_count() -> float:
+    return WEBHOOK_FAILURES.labels(reason="refused")._value.get()
+
+
+async def test_private_targets_refused_at_connect_time(migrated):
+    """A URL that passed registration but now resolves to a private address (DNS
+    rebinding) is refused when connecting: the worker here does not allow private
+    targets although the gateway that registered them did."""
+    before = refused_count()
+    async with hooked_mesh(migrated, worker_overrides={"webhook_allow_private": False}) as h:
+        targets = []
+        for i, host in enumerate(["127.0.0.1", "localhost", "[::ffff:127.0.0.1]"]):
+            agent, rx = await h.receiver(f"rebind{i}")
+            ok(await h.owner.http.put(f"/v1/agents/{agent.agent_id}/webhook",
+                                      json={"url": f"http://{host}:{rx.port}/hook"},
+                                      headers=h.owner.headers))
+            targets.append((agent, rx))
+            await h.send(agent, 3)
+        for agent, _ in targets:
+            await until(lambda a=agent: h.pool.fetchval(
+                "SELECT breaker = 'open' FROM agent_webhooks WHERE agent_id = $1", a.agent_id))
+            state = await h.webhook(agent)
+            assert "refused" in state["last_error"] and state["pending"] >= 3
+        attempts = refused_count() - before
+        assert attempts >= 3 * migrated.webhook_breaker_failures  # 15 attempts, 15 refused
+        assert all(rx.requests == 0 for _, rx in targets)  # none reached a receiver
+
+
+async def test_redirects_are_not_followed(migrated):
+    async with hooked_mesh(migrated) as h:
+        agent, rx = await h.receiver("redirected", behaviour=lambda n: "redirect")
+        await h.send(agent, 1)
+        await until(lambda: h.pool.fetchval(
+            "SELECT breaker = 'open' FROM agent_webhooks WHERE agent_id = $1", agent.agent_id))
+        state = await h.webhook(agent)
+        assert "302" in state["last_error"] and "not followed" in state["last_error"]
+        assert rx.received == [] and state["pending"] >= 1
+
+
+async def test_rotation_signs_with_both_secrets_during_the_grace(migrated):
+    async with hooked_mesh(migrated) as h:
+        agent, rx = await h.receiver("rotated")
+        old = rx.secret
+        rotated = ok(await h.owner.http.put(f"/v1/agents/{agent.agent_id}/webhook",
+                                            json={"url": rx.url}, headers=h.owner.headers))
+        rx.secret = rotated["secret"]
+        await h.send(agent, 1)
+        expected = await h.inbox_ids(agent)
+        await rx.wait_received(len(expected))
+        last = rx.received[-1]
+        assert len(last.headers["webhook-signature"].split(" ")) == 2
+        Webhook(old).verify(last.body, last.headers)  # a receiver not yet updated
+        Webhook(rx.secret).verify(last.body, last.headers)
