@@ -134,8 +134,10 @@ async def test_waits_beyond_the_callers_share_answer_at_once(patient: str) -> No
             # Each wait's slot is taken before its message is written, so once b has
             # every one of them, all are counted (and none can settle: b has not acted).
             held, after = await _created(b, bound)
-            attempts = 3
-            extra = [await _send(client, f"one too many {i}") for i in range(attempts)]
+            # An attacker's burst: many more at once, each of which would wait.
+            attempts = 20
+            extra = await asyncio.gather(*(_send(client, f"one too many {i}")
+                                           for i in range(attempts)))
             assert [t.status.state for t in extra] == [SUBMITTED] * attempts
             assert not any(w.done() for w in waiting)
 
@@ -161,3 +163,13 @@ async def test_waits_beyond_the_callers_share_answer_at_once(patient: str) -> No
             [last], _ = await _created(b, 1, after)
             await _answer(b, last, "still here")
             assert (await again).status.state == COMPLETED
+
+
+def test_the_process_bound_counts_every_caller_and_slots_come_back() -> None:
+    slots = blocking.WaitSlots(per_caller=2, per_process=3)
+    with slots.take("a@x") as a1, slots.take("a@x") as a2, slots.take("a@x") as a3:
+        assert (a1, a2, a3) == (True, True, False)  # a's share is 2
+        with slots.take("b@y") as b1, slots.take("c@z") as c1:
+            assert (b1, c1) == (True, False)  # the process's 3 are taken
+    with slots.take("a@x") as again, slots.take("c@z") as c2:
+        assert (again, c2) == (True, True)  # given back on exit
