@@ -80,6 +80,10 @@ class Settings(BaseSettings):
     # notice delays an answer by at most this, it never loses it).
     longpoll_recheck_seconds: float = 5.0
     inbox_page_max: int = 500
+    # A2A SendMessage waits this long for the task to settle (terminal,
+    # input-required, auth-required) unless the caller asks returnImmediately;
+    # 0 answers at once (ADR 036).
+    a2a_blocking_seconds: float = Field(default=30.0, ge=0.0, le=600.0)
 
     # --- operations ---------------------------------------------------------
     heartbeat_ttl_seconds: int = 90

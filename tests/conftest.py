@@ -66,6 +66,9 @@ def base_settings(service_urls: dict[str, str]) -> Settings:
         # The suite registers hundreds of owners from 127.0.0.1; tests/test_auth_throttle.py
         # turns it on for gateways of its own.
         auth_throttle_enabled=False,
+        # A blocking A2A SendMessage answers after this when the task has not settled
+        # (ADR 036); tests/test_a2a_blocking.py runs gateways with a longer window.
+        a2a_blocking_seconds=0.5,
     )
 
 

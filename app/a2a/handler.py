@@ -47,7 +47,7 @@ from a2a.utils.errors import (
 )
 from a2a.utils.task import validate_page_size
 
-from app.a2a import card, mapping
+from app.a2a import blocking, card, mapping
 from app.a2a.errors import a2a_errors
 from app.a2a.follow import follow
 from app.api.deps import State, check_storable
@@ -55,6 +55,7 @@ from app.schemas import MessageIn, StatusChange, TaskCreate
 from app.services import tasks
 from app.services.principals import Agent
 from app.store import agents as agents_store
+from app.store import inbox as inbox_store
 
 CALL_KEY = "agent-mesh.call"
 DEFAULT_PAGE = 50
@@ -127,12 +128,28 @@ class MeshRequestHandler(RequestHandler):
     @validate_request_params  # the spec's required fields (messageId, parts, …)
     async def on_message_send(self, params: SendMessageRequest,
                               context: ServerCallContext) -> Task | Message:
-        # Answered at once, whatever the configuration asks: the serving agent may be
-        # offline for hours. GetTask or SubscribeToTask follow the task from here.
+        # An answer, not a receipt: the task once it settles, within the gateway's
+        # window and the caller's share of waits (ADR 036); then, or with
+        # returnImmediately, the task as it is (the serving agent may be offline).
         c = _call(context)
         history = _history_length(params.configuration)
-        task_id = await self._send(c, params)
-        return mapping.task(await self._task_json(c, task_id), history_length=history)
+        seconds = c.state.settings.a2a_blocking_seconds
+        if params.configuration.return_immediately or seconds <= 0:
+            task_id = await self._send(c, params)
+            return mapping.task(await self._task_json(c, task_id), history_length=history)
+        # The slot before the write: whoever sees the message knows its wait is counted.
+        with blocking.SLOTS.take(c.me.agent_id) as waiting:
+            follow_up = params.message.task_id
+            since = 0
+            if waiting and follow_up:
+                since = await inbox_store.last_task_seq(c.state.pool, c.me.agent_id, follow_up)
+            task_id = await self._send(c, params)
+            if not waiting:
+                detail = await self._task_json(c, task_id)
+            else:
+                detail = await blocking.until_settled(c, task_id, self._task_json, since,
+                                                      seconds)
+        return mapping.task(detail, history_length=history)
 
     @validate_request_params
     async def on_message_send_stream(self, params: SendMessageRequest,
