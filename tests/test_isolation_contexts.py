@@ -9,7 +9,7 @@ import asyncio
 
 import asyncpg
 import pytest
-from a2a.utils.errors import InvalidRequestError
+from a2a.client.errors import A2AClientError
 
 from tests.a2a_helpers import a2a_client
 from tests.a2a_helpers import text_message as a2a_text
@@ -58,7 +58,7 @@ async def test_strangers_and_friends_cannot_join_or_read_a_context(
     async with a2a_client(gateway, b.agent_id, friend.headers, streaming=False) as client:
         request = a2a_text("let me in over A2A")
         request.message.context_id = ctx
-        with pytest.raises(InvalidRequestError, match="take part"):
+        with pytest.raises(A2AClientError, match=r"-32050.*take part"):
             [_ async for _ in client.send_message(request)]
         a2a_refused += 1
 

@@ -1,4 +1,4 @@
-"""Schemathesis over every operation of the real gateway (issue 15 item 7):
+"""Schemathesis over every operation of the real gateway:
 bounded (a fixed number of cases per operation, derandomized: the same cases
 every run), with not_a_server_error, status code, content type and response
 schema conformance on valid cases; on invalid ones never a 5xx and only
@@ -32,6 +32,7 @@ CASES_PER_OPERATION = 15  # × 2 modes × ~40 operations: about 1,200 requests
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance,
           response_schema_conformance, negative_data_rejection]
 NEGATIVE_CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance]
+FRAMING = {"transfer-encoding", "content-length", "host", "connection", "upgrade", "te"}
 TOKENS: dict[str, str] = {}
 CALLS: list[str] = []
 
@@ -68,7 +69,11 @@ def _token_for(path: str) -> str:
 
 def _check(case: Any, mode: GenerationMode) -> None:
     CALLS.append(case.operation.label)
-    headers = dict(case.headers or {})
+    # Framing headers belong to the HTTP parser (uvicorn answers a malformed
+    # Transfer-Encoding with its own text/plain 400 before the app runs): the
+    # API's contract starts after them.
+    case.headers = {k: v for k, v in (case.headers or {}).items() if k.lower() not in FRAMING}
+    headers = dict(case.headers)
     if "authorization" not in {k.lower() for k in headers}:
         headers["Authorization"] = f"Bearer {_token_for(case.path)}"
     if case.path == "/v1/mesh/inbox/stream":

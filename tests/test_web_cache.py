@@ -1,4 +1,4 @@
-"""The web path caches across two real web processes (issue 13, ADR 020).
+"""The web path caches across two real web processes (ADR 020).
 
 Each process keeps who a token names and who may reach whom in memory, so
 these tests first make the other process serve the fact from its cache, then
@@ -21,7 +21,7 @@ import redis.asyncio as aioredis
 
 from app.delivery import CACHE_EPOCH_KEY, NOTIFY_CHANNEL
 from app.settings import Settings
-from tests.api_helpers import problem
+from tests.api_helpers import ok, problem
 from tests.support.meshapi import AgentHandle, MeshFactory
 from tests.support.procs import MeshProcess
 
@@ -103,13 +103,17 @@ async def test_a_group_membership_removed_on_one_process_is_refused_by_the_other
     one, other = two_webs
     async with MeshFactory.connect(one.url) as mesh, \
             httpx.AsyncClient(base_url=other.url, timeout=30) as http:
-        owner = await mesh.owner()
-        x, y = await owner.agent("x"), await owner.agent("y")
+        # Two owners: an owner's own agents reach each other without any group.
+        owner, other_owner = await mesh.owner(), await mesh.owner()
+        x, y = await owner.agent("x"), await other_owner.agent("y")
+        # Another owner's agent joins only through a friend of one of the owner's agents.
+        await mesh.befriend(await owner.agent("z"), y)
         group = f"g-{owner.username}"
         assert (await owner.post("/v1/groups", {"group_id": group, "name": "g"})).status_code == 201
         for member in (x, y):
             resp = await owner.post(f"/v1/groups/{group}/members", {"agent_id": member.agent_id})
             assert resp.status_code == 201, resp.text
+        ok(await y.post(f"/v1/mesh/groups/invitations/{group}/accept"))
         x_there = on(x, http)
         await x_there.send(y.agent_id, "via the group")
         resp = await owner.delete(f"/v1/groups/{group}/members/{y.agent_id}")
