@@ -92,7 +92,7 @@ def parse_notice(data: bytes | str) -> Notice:
     return Notice(agent_id)
 
 
-# --- reach changes (issue 13: the web processes' relationship caches) ------------
+# --- reach changes (the web processes' relationship caches) ------------
 # Who may reach whom changed somewhere (a friendship accepted or removed, a group's
 # members changed, a group deleted): every web process drops the relationships it
 # cached (app.services.reach_cache). Sent on the same channel, under a pseudo-agent no
@@ -115,7 +115,7 @@ def reach_notice() -> str:
 CACHE_EPOCH_KEY = "mesh:cache-epoch"
 
 
-# --- commit notices (issue 13 item 4, ADR 021) ------------------------------------------
+# --- commit notices (ADR 021) ------------------------------------------
 # After a write commits, the web process that made it PUBLISHes ``"{agent_id} commit"``
 # on NOTIFY_CHANNEL for each recipient, before the relay and the push worker have
 # carried the event anywhere. Only readers of Postgres (long-polls) wake for it: the

@@ -63,7 +63,7 @@ def peek(data: bytes) -> tuple[int, str] | None:
 
 
 def encode_event(row: Mapping[str, Any]) -> bytes:
-    """The event JSON of DESIGN §4, fields in its order, from an inbox row."""
+    """The inbox event's JSON (docs/api.md), fields in its order, from an inbox row."""
     payload = row["payload"]
     if isinstance(payload, str):  # a connection without the pool's jsonb codec
         payload = json.loads(payload)

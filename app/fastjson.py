@@ -1,4 +1,4 @@
-"""JSON at orjson's speed with the standard library's results (issue 13).
+"""JSON at orjson's speed with the standard library's results.
 
 The hot path parses every request body and every jsonb value Postgres hands
 back, and encodes every response and jsonb parameter. orjson does that several

@@ -1,4 +1,4 @@
-"""Identifier rules and default id generation (DESIGN §3)."""
+"""Identifier rules and default id generation."""
 
 from __future__ import annotations
 

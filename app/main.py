@@ -125,7 +125,7 @@ def create_app(settings: Settings | None = None) -> MeshApp:
         hub.add_listener(reach)
         await hub.start()
         limiter = RateLimiter(redis, settings) if settings.ratelimit_enabled else None
-        # Commit notices and batched receipts: issue 13 items 4 and 2 (ADR 021).
+        # Commit notices and batched receipts (ADR 021).
         notices = CommitNotices(redis, hub,
                                 relay_channel=relay_wakeup_channel(settings.bus_topic))
         receipts = ReceiptBatcher(pool, flush_ms=settings.receipt_flush_ms,

@@ -1,4 +1,4 @@
-"""Every Prometheus metric of DESIGN §5, defined once; processes import from here."""
+"""Every Prometheus metric, defined once; processes import from here."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Logging set-up and Sentry for every process (DESIGN §6).
+"""Logging set-up and Sentry for every process.
 
 Sentry starts only when ``settings.sentry_dsn`` is set. What leaves the process
 is scrubbed by :func:`scrub_event`: credentials (Authorization headers, ``mk_``

@@ -65,7 +65,7 @@ def build(routes: list[BaseRoute], *, title: str, version: str) -> dict[str, Any
     }
 
 
-# Every path id is a mesh id (DESIGN §3; agent ids match it too), except the
+# Every path id is a mesh id (agent ids match it too), except the
 # outbox row id, a bigint.
 _PATH_SCHEMAS: dict[str, dict[str, Any]] = {
     "row_id": {"type": "integer", "minimum": 1, "maximum": 2**63 - 1},

@@ -1,4 +1,4 @@
-"""Per-agent token bucket in Redis (DESIGN §2.5): default 50 req/s, burst 100.
+"""Per-agent token bucket in Redis: default 50 req/s, burst 100.
 
 One Lua script does read-refill-take-write atomically, so any number of web
 processes share one bucket per agent without races. The script reads the clock

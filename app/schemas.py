@@ -1,4 +1,4 @@
-"""Request bodies, validated with pydantic. Shapes follow DESIGN §3–§4 (A2A parts)."""
+"""Request bodies, validated with pydantic. Message parts are A2A's."""
 
 from __future__ import annotations
 
@@ -182,7 +182,7 @@ class AckBody(Strict):
         return value
 
 
-# --- teams (issue 11) ---------------------------------------------------------
+# --- teams ---------------------------------------------------------
 
 class GroupMessageIn(Strict):
     parts: Parts

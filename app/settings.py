@@ -101,7 +101,7 @@ class Settings(BaseSettings):
     log_level: str = "INFO"
     # The owner console's server-side session (app/console/session.py), idle lifetime.
     console_session_ttl_seconds: int = 8 * 3600
-    # Outgoing friend requests an agent may have pending at once (issue 11): the
+    # Outgoing friend requests an agent may have pending at once: the
     # directory must not become a way to spam every listed agent.
     friend_requests_pending_max: int = 20
     # Retention (cron/retention.py): terminal tasks and acked inbox events older than
@@ -111,7 +111,7 @@ class Settings(BaseSettings):
     # Where deleted rows are archived first (gzip JSON lines); unset: not archived.
     retention_archive_dir: str | None = None
 
-    # --- hardening (issue 15) -----------------------------------------------
+    # --- hardening -----------------------------------------------
     # Register/login/API-key exchange buckets per client address and account
     # (app.auth_throttle); overrides by name: {"login": [rate_per_s, burst], ...}.
     auth_throttle_enabled: bool = True
@@ -125,27 +125,27 @@ class Settings(BaseSettings):
     # cap). Each holds a reader per agent of the owner (ADR 032).
     console_feed_max_streams_per_owner: int = 32
 
-    # --- web path caches (issue 13, ADR 020) -------------------------------------
+    # --- web path caches (ADR 020) -------------------------------------
     # Per web process: tokens → principals and (sender, recipient) → relationship,
     # dropped at once by the notices the InboxHub hears; the TTL is only a safety
     # net for a notice lost while Redis was unreachable. 0 entries or 0 s: no cache.
     web_cache_max_entries: int = 10_000
     web_cache_ttl_seconds: float = 60.0
 
-    # --- delivery receipts (issue 13 item 2, ADR 021) -----------------------
+    # --- delivery receipts (ADR 021) -----------------------
     # Hand-overs to a client are marked `delivered` in one UPDATE per web process
     # every MESH_RECEIPT_FLUSH_MS, or sooner once MESH_RECEIPT_FLUSH_MAX are queued.
     receipt_flush_ms: int = 50
     receipt_flush_max: int = 500
 
-    # --- task creates (issue 13, ADR 028) ------------------------------------
+    # --- task creates (ADR 028) ------------------------------------
     # Creates meeting on one web process share one statement: up to
     # MESH_CREATE_BATCH_MAX per statement, MESH_CREATE_BATCH_IN_FLIGHT statements
     # at once (a create that finds a slot free is written at once).
     create_batch_max: int = Field(default=64, ge=1)
     create_batch_in_flight: int = Field(default=2, ge=1)
 
-    # --- the web process's garbage collector (issue 13 item 5, ADR 026) ------
+    # --- the web process's garbage collector (ADR 026) ------
     # MESH_WEB_GC_THRESHOLD: gc.set_threshold of the web process, a JSON list.
     # Every pass walks the objects of every open stream; with Python's own
     # [700, 10, 10] 10,000 open streams meant full passes of up to 1 s and a young

@@ -1,4 +1,4 @@
-"""A cap on concurrent streams per holder in one web process (issue 15 item 6).
+"""A cap on concurrent streams per holder in one web process.
 
 An agent needs one inbox stream (two during a reconnect); a runaway client
 opening hundreds would hold that many coroutines and Redis reads. The console's

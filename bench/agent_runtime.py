@@ -11,7 +11,7 @@ is zero), and sends it N tasks one after the other. Measures, per event:
 
 Baseline, same run: ``mesh daemon --exec`` with a one-line handler, the send's
 201 → that handler started (the floor: delivery plus a process start). Prints a
-markdown report; nothing is asserted (DESIGN §9: reported, never tested).
+markdown report; nothing is asserted (reported, never tested).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Work counted at the services while the bench's load runs (issue 13 item 1, ADR 024).
+"""Work counted at the services while the bench's load runs (ADR 024).
 
 * Postgres: ``pg_stat_statements`` (the embedded server preloads it for the bench;
   :func:`tracking` turns it to ``none`` at once and :class:`PgStatements` to ``top``

@@ -31,7 +31,7 @@ from devstack.process import free_port
 from devstack.stack import Ports, Stack
 from tests.support.procs import REPO, MeshProcess
 
-# The seed design's relay: poll every second, 50 rows, no wake-up (issue 3).
+# The seed design's relay: poll every second, 50 rows, no wake-up.
 BASELINE_RELAY = {"relay_wakeup": False, "relay_sweep_seconds": 1.0, "relay_batch_size": 50}
 
 

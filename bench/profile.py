@@ -1,5 +1,5 @@
 """Where the web process's CPU goes: py-spy samples it from outside, the bench
-summarises the stacks (issue 13 item 1, ADR 024).
+summarises the stacks (ADR 024).
 
 py-spy reads the target's memory with ``process_vm_readv`` (ptrace permission):
 no hook in the web process, nothing in the production path. ``--nonblocking``

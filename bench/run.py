@@ -1,4 +1,4 @@
-"""Agent Mesh benchmarks (DESIGN §9): ``make bench`` or ``python bench/run.py [--quick]``.
+"""Agent Mesh benchmarks: ``make bench`` or ``python bench/run.py [--quick]``.
 
 Starts its own embedded Postgres/Redis/Kafka (ephemeral ports, a temp folder),
 migrates, runs the real processes (web, outbox, push — the Procfile commands)

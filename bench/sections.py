@@ -1,5 +1,5 @@
 """One report section per scenario: run it against its same-run baseline and
-describe the figures (DESIGN §9). ``RUNNERS`` maps a scenario's name to its section."""
+describe the figures. ``RUNNERS`` maps a scenario's name to its section."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Report sections for issue 13's measuring items (ADR 024): where a send goes
+"""Report sections for the measuring items of ADR 024: where a send goes
 (profile + counters) and scale-out on one machine (1 vs 2 of each process)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The soak (issue 15 item 9): ``make soak`` or ``python bench/soak.py [options]``.
+"""The soak: ``make soak`` or ``python bench/soak.py [options]``.
 
 Starts its own embedded Postgres/Redis/Kafka/NATS (ephemeral ports, a temp folder),
 the mesh processes as the Procfile runs them (2 web, 2 outbox relays, 2 push

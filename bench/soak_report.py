@@ -11,7 +11,7 @@ MIB = 2**20
 
 
 def verdict(result: SoakResult, judge_memory: bool = True) -> tuple[bool, list[str]]:
-    """Passed, and why not: the checks issue 15 item 9 names (``judge_memory``: the
+    """Passed, and why not: the soak's checks (``judge_memory``: the
     RSS/open-files "flat" verdict too, which needs a long run's warm-up)."""
     why = list(result.problems)
     if result.accepted != result.offered:

@@ -1,4 +1,4 @@
-"""One soak run (issue 15 item 9): many agents send at a fixed rate while the fault
+"""One soak run: many agents send at a fixed rate while the fault
 suite's faults (tests/support/faults.py) strike at random and readers go offline
 and catch up; then every recipient is counted and the outbox checked.
 

@@ -1,4 +1,4 @@
-"""The cron jobs, as plain async functions (DESIGN §1 ``cron/``, issue 4).
+"""The cron jobs, as plain async functions.
 
 Each takes its pool, settings and, where time matters, ``now``: ``None`` in
 production means the database clock (the one that stamped the rows), and tests
@@ -225,7 +225,7 @@ async def update_gauges(pool: asyncpg.Pool, *, top_n: int = LAG_TOP_N) -> dict[s
             "pending": pending, "failed": failed}
 
 
-# --- broadcast deadlines (issue 11) ----------------------------------------------------
+# --- broadcast deadlines ----------------------------------------------------
 
 BROADCAST_BATCH = 100
 

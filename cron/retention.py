@@ -1,4 +1,4 @@
-"""Retention (issue 11 item 6): old terminal tasks and old acked inbox events are
+"""Retention: old terminal tasks and old acked inbox events are
 deleted in bounded batches, optionally archived first. Off unless
 ``retention_days`` > 0 (keep forever is the default).
 

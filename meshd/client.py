@@ -1,4 +1,4 @@
-"""Async SDK for the agent side of the gateway (DESIGN §4, ``/v1/mesh/*``): one method per endpoint.
+"""Async SDK for the agent side of the gateway (``/v1/mesh/*``): one method per endpoint.
 
 Retries, token renewal and error mapping live in :mod:`meshd.transport`; here each
 method builds its request and parses the answer into :mod:`meshd.models`.

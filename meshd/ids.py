@@ -1,4 +1,4 @@
-"""Client-generated ids (DESIGN §3).
+"""Client-generated ids.
 
 Writes carry ids the client made up, so a retried request is recognised by the
 server instead of creating a second record:
@@ -12,7 +12,7 @@ import secrets
 import time
 
 _B36 = "0123456789abcdefghijklmnopqrstuvwxyz"
-_MAX_LEN = 128  # DESIGN §3: ids match ^[A-Za-z0-9][A-Za-z0-9._:@-]{2,127}$
+_MAX_LEN = 128  # ids match ^[A-Za-z0-9][A-Za-z0-9._:@-]{2,127}$
 
 
 def base36(n: int, width: int) -> str:

@@ -314,7 +314,7 @@ def build_server(get_client: Callable[[], Awaitable[MeshClient]]) -> MCPServer:
             "more_may_be_waiting": len(page.events) >= limit,
         }
 
-    # Teams (issue 11): mesh_notify_group, mesh_broadcast, mesh_get_timeline,
+    # Teams: mesh_notify_group, mesh_broadcast, mesh_get_timeline,
     # mesh_search_directory.
     from meshd import mcp_teams
 

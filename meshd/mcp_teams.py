@@ -1,4 +1,4 @@
-"""The team tools of ``mesh mcp`` (issue 11): speak to a group, ask several agents and
+"""The team tools of ``mesh mcp``: speak to a group, ask several agents and
 wait for enough answers, read a whole conversation, find agents by skill."""
 
 from __future__ import annotations

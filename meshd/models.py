@@ -1,4 +1,4 @@
-"""The gateway's JSON (DESIGN §3–§4) as pydantic models: one schema, parsed once.
+"""The gateway's JSON as pydantic models: one schema, parsed once.
 
 Each model also keeps the exact JSON it was parsed from in ``raw``, so a field
 the gateway adds later is never lost to a caller (``--json`` output, the event

@@ -1,4 +1,4 @@
-"""The daemon's persisted progress: cursor and dedup window (DESIGN §2.2).
+"""The daemon's persisted progress: cursor and dedup window.
 
 ``state.json`` in the agent's state folder holds the last seq whose handler
 succeeded (``cursor``), the ids of the last N handled events (``handled``), and

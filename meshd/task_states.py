@@ -1,4 +1,4 @@
-"""The A2A task states and the moves between them (DESIGN §3), as meshd knows them.
+"""The A2A task states and the moves between them, as meshd knows them.
 
 The gateway decides what is legal (``app/domain/task_states.py``); meshd keeps
 this copy only to validate arguments early and to tell an LLM which moves exist.

@@ -32,7 +32,7 @@ PATH_TO: dict[str, list[str]] = {
 }
 STATES = list(PATH_TO)
 TERMINAL = {"completed", "failed", "canceled", "rejected"}
-# DESIGN §3, written out independently of app/domain/task_states.py on purpose:
+# The documented state machine, written out independently of app/domain/task_states.py on purpose:
 # the tests check the code against the contract, not against itself.
 ALLOWED: dict[str, set[str]] = {
     "submitted": {"working", "canceled", "rejected"},

@@ -1,4 +1,4 @@
-"""One after-commit path (issue 8): every code path that writes events wakes the
+"""One after-commit path: every code path that writes events wakes the
 relay once its transaction commits — an HTTP send, the cron task timeout, an
 admin dead-letter retry — so delivery does not wait for the relay's sweep.
 

@@ -1,4 +1,4 @@
-"""Concurrency and atomicity of the transactional write (DESIGN §2.1–§2.3, §3):
+"""Concurrency and atomicity of the transactional write (§3):
 seq gap-free under concurrent writers, compare-and-set transitions under a race,
 idempotent retries (also concurrent ones), and a failure injected mid-write —
 a real Postgres error, raised by a trigger — leaving nothing behind."""

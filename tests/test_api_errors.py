@@ -208,7 +208,7 @@ async def test_unexpected_errors_are_500_problems_without_internals(mesh, db):
 
 # --- OpenAPI and docs --------------------------------------------------------------------
 
-DESIGN_PATHS = {
+DOCUMENTED_PATHS = {
     "/v1/auth/register": {"post"},
     "/v1/auth/login": {"post"},
     "/v1/auth/token": {"post"},
@@ -246,7 +246,7 @@ async def test_openapi_lists_the_design_paths(mesh):
     spec = ok(resp)
     assert spec["openapi"].startswith("3.")
     paths = spec["paths"]
-    missing = {f"{m.upper()} {p}" for p, methods in DESIGN_PATHS.items()
+    missing = {f"{m.upper()} {p}" for p, methods in DOCUMENTED_PATHS.items()
                for m in methods if m not in paths.get(p, {})}
     assert not missing, f"not in /openapi.json: {sorted(missing)}"
     create = paths["/v1/mesh/tasks"]["post"]
@@ -372,7 +372,7 @@ def _fill(path: str) -> str:
 
 async def test_every_authenticated_operation_needs_a_token(mesh):
     operations = await _operations(mesh)
-    assert len(operations) >= len(DESIGN_PATHS)
+    assert len(operations) >= len(DOCUMENTED_PATHS)
     for method, path in operations:
         resp = await mesh.http.request(method, _fill(path), json={} if method != "GET" else None)
         problem(resp, 401, "bearer")

@@ -1,4 +1,4 @@
-"""A repeated status change is idempotent (issue 8): the caller's own change that
+"""A repeated status change is idempotent: the caller's own change that
 already took effect, asked for again, is answered 200 with the same body and
 writes nothing; every other request that is not a legal move stays a 409."""
 

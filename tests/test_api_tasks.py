@@ -1,5 +1,5 @@
 """Tasks: create, read, list, messages, artifacts, receipts and the FULL
-transition matrix of DESIGN §3 (every (from, to) pair, for both sides)."""
+documented transition matrix (every (from, to) pair, for both sides)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 15 item 4: register, login and API-key exchange are throttled by client
+"""Register, login and API-key exchange are throttled by client
 address and by account (429 + Retry-After), and the KDF runs a bounded number
 of hashes at a time, off the event loop.
 

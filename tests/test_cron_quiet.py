@@ -1,4 +1,4 @@
-"""Cron logs only when a job did something (issue 15 item 10): arq's per-run
+"""Cron logs only when a job did something: arq's per-run
 INFO lines are muted, a job that acted still logs."""
 
 from __future__ import annotations

@@ -32,3 +32,28 @@ def test_the_map_names_files_that_exist() -> None:
     assert named, "docs/architecture.md points into the tree"
     missing = sorted(n for n in named if not any(ROOT.glob(n)))
     assert missing == []
+
+
+# The repository stands on its own: no pointer into a design file or an issue
+# tracker a reader of the tree does not have.
+_CITATION = re.compile(r"DESIGN(?:\.md|\s*§)|\b[Ii]ssues? \d+\b|§\s?\d+ of the design")
+_TEXT = {".py", ".md", ".tf", ".yml", ".yaml", ".toml", ".sh", ".sql", ".html", ".js", ".css"}
+
+
+def test_the_tree_cites_no_outside_design_file_or_tracker() -> None:
+    import subprocess
+
+    files = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True,
+                           check=True).stdout.split()
+    here = Path(__file__).resolve()
+    cited = []
+    for name in files:
+        path = ROOT / name
+        if path.suffix not in _TEXT and path.name not in {"Makefile", "Procfile", "run"}:
+            continue
+        if path.resolve() == here or not path.is_file():
+            continue
+        for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+            if _CITATION.search(line):
+                cited.append(f"{name}:{number}: {line.strip()[:120]}")
+    assert cited == [], "\n".join(cited)

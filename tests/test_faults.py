@@ -1,4 +1,4 @@
-"""Delivery guarantees under faults, proven by counting (DESIGN §2, §7).
+"""Delivery guarantees under faults, proven by counting (§7).
 
 Each scenario sends ≥ 1,000 messages from several senders to several
 recipients through real OS processes (web, outbox relay, push fan-out) over
@@ -6,7 +6,7 @@ real Postgres, Redis and Kafka, injects one fault while the load runs, heals,
 and then counts: every accepted message delivered to its recipient exactly
 once per SSE client, in seq order, nothing left pending, no dead letters.
 Every scenario runs over every bus (Kafka, NATS JetStream, Redis Streams); the
-scale-out topology (2 web, 2 relays, 2 push workers; issue 13 item 6) runs once,
+scale-out topology (2 web, 2 relays, 2 push workers) runs once,
 over Kafka. The faults themselves are tests/support/faults.py (the soak uses them).
 """
 
@@ -146,7 +146,7 @@ async def test_no_loss_no_duplicates_in_order(fault: str, bus_settings: Settings
     assert len(counts) == 3 and all(n > 0 for n in counts.values())
 
 
-# --- scale-out topology (issue 13 item 6) -------------------------------------------
+# --- scale-out topology -------------------------------------------
 
 async def kill_one_relay_and_one_push(procs: Procs) -> None:
     await kill_relay_mid_batch(procs, times=1)

@@ -1,4 +1,4 @@
-"""Postgres faults (issue 15 item 8), counted like tests/test_faults.py: Postgres
+"""Postgres faults, counted like tests/test_faults.py: Postgres
 is stopped for ≥ 10 s while sends, SSE streams, long-polls and cron run. While it
 is down every request answers 503 with Retry-After — never a 500, never a hang;
 afterwards every process has reconnected by itself (the same cron process runs

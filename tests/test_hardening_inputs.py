@@ -1,4 +1,4 @@
-"""Issue 15 item 6: 415 for non-JSON bodies, reserved names and weak passwords,
+"""415 for non-JSON bodies, reserved names and weak passwords,
 a per-agent cap on SSE streams, no routing through an encoded '/', and problem
 details that never name interpreter internals."""
 

@@ -1,4 +1,4 @@
-"""Issue 15 items 1–3: revoked long-polls end at once, every header/query value
+"""Revoked long-polls end at once, every header/query value
 that reaches SQL is bounded before it gets there, and a client that hangs up
 mid-body is a client disconnect (499), not a 500."""
 
@@ -36,7 +36,7 @@ async def _until(predicate, timeout: float = 20.0) -> None:
             await asyncio.sleep(0.02)
 
 
-# --- item 1: revocation ends a parked long-poll -------------------------------------------
+# --- revocation ends a parked long-poll -------------------------------------------
 
 @pytest.mark.parametrize("how", ["revoke-key", "delete-agent"])
 async def test_parked_long_poll_ends_when_credentials_are_revoked(mesh: MeshFactory,
@@ -80,7 +80,7 @@ async def _parked(http: httpx.AsyncClient, base: float) -> bool:
     return await _metric(http, "agent_mesh_longpoll_waiting") > base
 
 
-# --- item 2: values that reach SQL are bounded first --------------------------------------
+# --- values that reach SQL are bounded first --------------------------------------
 
 async def test_last_event_id_beyond_bigint_is_a_422_before_the_stream(mesh: MeshFactory) -> None:
     a, b = await mesh.pair()
@@ -120,7 +120,7 @@ async def test_outbox_row_id_beyond_bigint_is_422(iso: Settings) -> None:
                 "after_id")
 
 
-# --- item 3: a client that hangs up mid-body ---------------------------------------------
+# --- a client that hangs up mid-body ---------------------------------------------
 
 async def test_client_disconnect_mid_body_is_a_499_logged_at_debug(
         gateway: str, mesh: MeshFactory, caplog: pytest.LogCaptureFixture) -> None:

@@ -1,4 +1,4 @@
-"""Long-polls wake from the commit, on every web process (issue 13 item 4, ADR 021).
+"""Long-polls wake from the commit, on every web process (ADR 021).
 
 Two real web processes on a database of their own, with NO relay and NO push
 worker: nothing writes the agents' Redis streams or publishes event notices, so

@@ -1,4 +1,4 @@
-"""deploy/prometheus alert rules and deploy/grafana dashboard (issue 15 item 10):
+"""deploy/prometheus alert rules and deploy/grafana dashboard:
 promtool checks the rules and runs their unit tests; every metric they name is
 one the mesh exports (or the blackbox exporter's probe_success)."""
 

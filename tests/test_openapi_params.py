@@ -1,4 +1,4 @@
-"""The OpenAPI says what the server reads (issue 15 item 7): every query
+"""The OpenAPI says what the server reads: every query
 parameter and header a handler reads is documented on its operation, with its
 bounds, and path ids carry the id pattern."""
 

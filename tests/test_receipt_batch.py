@@ -1,4 +1,4 @@
-"""Delivery receipts are marked in batches, off the request path (issue 13 item 2, ADR 021).
+"""Delivery receipts are marked in batches, off the request path (ADR 021).
 
 Each test runs a real web process of its own on a database of its own, with the
 batcher's interval and size chosen so that only the trigger under test can

@@ -1,4 +1,4 @@
-"""The short soak (issue 15 item 9; the long one is ``make soak``): bench/soak_run.py
+"""The short soak (the long one is ``make soak``): bench/soak_run.py
 over the session's services — ~2,000 messages in about a minute among 12 agents
 (SSE and long-poll readers, some taken offline and caught up), every fault kind
 of the fault suite at least once (relay and push killed, bus stopped 10 s, Redis

@@ -1,4 +1,4 @@
-"""Broadcasts with a wait policy (issue 11 item 2): exactly one
+"""Broadcasts with a wait policy: exactly one
 ``broadcast.completed`` per broadcast, whether the policy is met by a task's
 status change, can no longer be met, or the deadline passes (cron, with ``now``
 passed in instead of waiting). Each test has a database of its own, so cron's

@@ -1,4 +1,4 @@
-"""The directory (issue 11 item 5): listed agents are found by skill and by words
+"""The directory: listed agents are found by skill and by words
 of their description, unlisted ones never; friend requests from a result are
 limited to ``friend_requests_pending_max`` pending per agent."""
 

@@ -1,4 +1,4 @@
-"""Group messages (issue 11 item 1), counted on the real pipeline: every member
+"""Group messages, counted on the real pipeline: every member
 gets every other member's message exactly once, in its own gap-free seq order,
 over SSE (live, through relay → bus → push) and long-poll alike."""
 

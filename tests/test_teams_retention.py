@@ -1,4 +1,4 @@
-"""Retention (issue 11 item 6) with cron's clock passed in: old terminal tasks and
+"""Retention with cron's clock passed in: old terminal tasks and
 old acked inbox events are deleted in bounded batches and archived first; the
 archives hold exactly the deleted rows; a client resuming over long-poll or SSE
 sees no gap and no repeat. A database of its own, so counts are exact."""

@@ -1,4 +1,4 @@
-"""Context timelines for agents (issue 11 item 3): the whole context in order —
+"""Context timelines for agents: the whole context in order —
 tasks, messages, state changes, artifacts — paged; participants and members of
 the context's group only, everyone else a 404. The owner's timeline reads the
 same entries."""

@@ -1,4 +1,4 @@
-"""Issue 15 item 5: client-chosen ids cannot be used to probe or squat another
+"""Client-chosen ids cannot be used to probe or squat another
 tenant's; idempotency stays exact (ADR 019)."""
 
 from __future__ import annotations

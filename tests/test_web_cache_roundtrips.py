@@ -1,4 +1,4 @@
-"""Postgres round trips per send on the web path (issue 13 item 2), counted on
+"""Postgres round trips per send on the web path, counted on
 the one connection of a pool with asyncpg's query logger: every statement the
 driver sends (BEGIN and COMMIT included) is one round trip."""
 

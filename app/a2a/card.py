@@ -81,7 +81,7 @@ def _common(base_url: str, version: str) -> dict[str, Any]:
 
 
 def _interfaces(url: str) -> list[dict[str, Any]]:
-    # JSON-RPC first: the binding DESIGN §12 names; REST is the SDK's, under the same URL.
+    # JSON-RPC first: the binding mesh clients use; REST is the SDK's, under the same URL.
     return [{"url": url, "protocolBinding": "JSONRPC",
              "protocolVersion": PROTOCOL_VERSION_CURRENT},
             {"url": url, "protocolBinding": "HTTP+JSON",

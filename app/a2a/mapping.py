@@ -64,7 +64,7 @@ def is_terminal(state: str) -> bool:
 # --- parts -----------------------------------------------------------------------------
 
 def part_to_a2a(part: Mapping[str, Any]) -> dict[str, Any]:
-    """A mesh part (DESIGN §3) as A2A v1.0 JSON; file bytes are base64 on both sides."""
+    """A mesh part as A2A v1.0 JSON; file bytes are base64 on both sides."""
     out: dict[str, Any] = {}
     kind = part.get("kind")
     if kind == "text":

@@ -51,7 +51,7 @@ class State:
     # The coalescing RelayWakeup of this web process, handed to every write's unit
     # of work (app.writes); None makes each write NOTIFY the relay itself.
     wakeup: Wakeup | None = None
-    # app.auth_throttle.AuthThrottle and app.services.kdf.Kdf (issue 15).
+    # app.auth_throttle.AuthThrottle and app.services.kdf.Kdf.
     auth_throttle: Any = None
     kdf: Any = None
     # app.stream_slots.StreamSlots: open SSE streams per agent in this process.
@@ -63,7 +63,7 @@ class State:
     receipts: ReceiptBatcher | None = None  # the long-poll passes it to record_delivery
     # The one Postgres re-check timer of this process's SSE streams (ADR 023).
     sse_recheck: Recheck | None = None
-    # The per-process caches of who a token names and who may reach whom (issue 13),
+    # The per-process caches of who a token names and who may reach whom,
     # kept right by the notices the hub hears; None: every request asks Postgres.
     principals: PrincipalCache | None = None
     reach: ReachCache | None = None

@@ -35,7 +35,7 @@ async def get_task(request: Request) -> Response:
 
 @doc("Tasks you take part in, newest first; filter by state and context_id", auth="agent",
      response=TaskPage, tag="tasks", params=[
-         # Empty means "no filter" (DESIGN §4 spells the query `?state=&context_id=`).
+         # Empty means "no filter" (the documented query is `?state=&context_id=`).
          query_param("state", "only tasks in this state (empty: any)", type_="string",
                      enum=["", *sorted(STATES)]),
          query_param("context_id", "only tasks of this context (empty: any)", type_="string",

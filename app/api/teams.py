@@ -1,5 +1,4 @@
-"""Agent side, teams: group messages, broadcasts, context timelines, the directory
-(DESIGN §4, issue 11)."""
+"""Agent side, teams: group messages, broadcasts, context timelines, the directory."""
 
 from __future__ import annotations
 

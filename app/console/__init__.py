@@ -1,1 +1,1 @@
-"""The owner console at ``/console``: server-rendered pages over the owner services (DESIGN §11)."""
+"""The owner console at ``/console``: server-rendered pages over the owner services."""

@@ -1,4 +1,4 @@
-"""When a broadcast is settled (DESIGN §4, issue 11): the one statement of the rule.
+"""When a broadcast is settled: the one statement of the rule.
 
 ``completed`` counts recipients whose task reached ``completed``; any other
 terminal state (failed, canceled, rejected) is an answer that does not count.

@@ -1,4 +1,4 @@
-"""Who may talk to whom, and who may see what (DESIGN §2.4).
+"""Who may talk to whom, and who may see what.
 
 ``can_communicate`` is the one rule: friends, or members of a shared group, or
 two agents of one owner (its own agents, its virtual user among them, trust each

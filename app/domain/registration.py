@@ -1,4 +1,4 @@
-"""Who may register under which name, with which password (issue 15 item 6)."""
+"""Who may register under which name, with which password."""
 
 from __future__ import annotations
 

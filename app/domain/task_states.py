@@ -1,4 +1,4 @@
-"""The A2A task state machine (DESIGN §3).
+"""The A2A task state machine.
 
 Who may move a task: either side may cancel; every other transition is the
 serving agent's. Applying a transition is a compare-and-set in the store

@@ -1,4 +1,4 @@
--- Agent Mesh schema, version 1. See DESIGN.md §3.
+-- Agent Mesh schema, version 1.
 
 CREATE TABLE users (
     user_id      bigserial PRIMARY KEY,

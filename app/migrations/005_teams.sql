@@ -1,4 +1,4 @@
--- Teams (issue 11): broadcasts with a wait policy, the directory, and the
+-- Teams: broadcasts with a wait policy, the directory, and the
 -- state-change history a context timeline reads. See ADR 016.
 
 -- A broadcast: one task per recipient in one shared context. ``outcome`` is NULL

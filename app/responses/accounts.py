@@ -46,7 +46,7 @@ class AgentOut(AgentSummary):
     created_at: Timestamp
     updated_at: Timestamp
     instructions: str  # the agent's system prompt; owners and the agent itself only
-    listed: bool  # in the directory (issue 11); the owner opts in with PATCH
+    listed: bool  # in the directory; the owner opts in with PATCH
 
     @field_validator("skills", mode="before")
     @classmethod

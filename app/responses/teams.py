@@ -1,4 +1,4 @@
-"""Response bodies: teams (issue 11)."""
+"""Response bodies: teams."""
 
 from __future__ import annotations
 
@@ -88,6 +88,6 @@ class Timeline(Out):
     messages: list[TimelineMessage]
     tasks: list[str]
     truncated: bool
-    # The same entries the agent-side timeline pages through (issue 11).
+    # The same entries the agent-side timeline pages through.
     entries: list[TimelineEntry]
     next_cursor: str | None

@@ -1,4 +1,4 @@
-"""Outbox operations for admin owners: counts, dead letters, retry (issue 4 §5).
+"""Outbox operations for admin owners: counts, dead letters, retry.
 
 A retry puts a dead letter back to ``pending`` with a fresh attempt budget in a
 unit of work (app.writes) that wakes the relays once it commits, so they pick

@@ -1,4 +1,4 @@
-"""The directory: find listed agents by words and by skill (DESIGN §4, issue 11).
+"""The directory: find listed agents by words and by skill.
 
 Unlisted agents never appear; an owner opts an agent in with
 ``PATCH /v1/agents/{id} {"listed": true}``. A result is a lead, not a

@@ -1,5 +1,5 @@
 """Speaking to a group: one transaction writes every other member's
-``group.message`` inbox event, each with that member's next seq (DESIGN §4)."""
+``group.message`` inbox event, each with that member's next seq."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Who a bearer token names, kept per web process (issue 13).
+"""Who a bearer token names, kept per web process.
 
 Authenticating a request used to cost a JWT decode and a Postgres round trip
 (is the key still live, does the agent still exist). Here a token that

@@ -1,4 +1,4 @@
-"""Who may reach whom, kept per web process (issue 13).
+"""Who may reach whom, kept per web process.
 
 The relationship facts a send is decided on (app.domain.permissions,
 app.store.social.relationships) change rarely and are read on every task

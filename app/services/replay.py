@@ -4,7 +4,7 @@ A write that finds its own earlier success (same id, same content, same caller)
 leaves its transaction by raising :class:`Replay` with the record the first
 attempt returned; the transaction rolls back, so nothing is written twice and no
 second event is sent, and the service answers with the stored record. The same
-id with other content is a 409 (DESIGN §2.2). Used by task creation, messages,
+id with other content is a 409. Used by task creation, messages,
 artifacts and status changes (app.services.tasks).
 """
 

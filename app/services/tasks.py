@@ -1,6 +1,6 @@
 """Tasks: create, message, transition, artifacts — each ONE Postgres transaction
 that writes the task rows, the recipient's inbox event (with its next seq) and
-the outbox row together (DESIGN §1, §2)."""
+the outbox row together."""
 
 from __future__ import annotations
 

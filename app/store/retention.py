@@ -1,5 +1,5 @@
 """Retention: claiming and deleting old terminal tasks and old acked inbox events
-in bounded batches (issue 11 item 6). Each function runs inside the caller's
+in bounded batches. Each function runs inside the caller's
 transaction; rows are claimed ``FOR UPDATE SKIP LOCKED`` so two cron processes
 split the work."""
 

@@ -1,4 +1,4 @@
-"""Group messaging (issue 11); its permission checks are store.social.relationships."""
+"""Group messaging; its permission checks are store.social.relationships."""
 
 from __future__ import annotations
 

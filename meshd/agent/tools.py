@@ -98,7 +98,7 @@ _HANDSHAKE = {"type": "boolean", "description": "false: the receiver may skip co
 
 
 def send_metadata(args: dict[str, Any]) -> dict[str, Any]:
-    """The policy fields of a new task's first message (DESIGN §10: in metadata, not parts)."""
+    """The policy fields of a new task's first message (in metadata, not parts)."""
     out: dict[str, Any] = {}
     if args.get("complexity") in ("low", "medium", "high"):
         out["complexity"] = args["complexity"]
@@ -244,7 +244,7 @@ def build_tools(run: RunContext) -> list[SdkMcpTool[Any]]:
 
         return await guarded("mesh_set_task_status", run_())
 
-    # Teams (issue 11). A group post and a broadcast carry no id the gateway could
+    # Teams. A group post and a broadcast carry no id the gateway could
     # recognise a repeat by, so a run repeated after a crash may post them twice.
     @tool("mesh_notify_group", "Post to one of your groups: every other member gets it.",
           _obj({"group_id": _S, "text": _S}, ["group_id", "text"]))  # fmt: skip

@@ -15,7 +15,7 @@ from meshd.options import DaemonOptions
 
 async def cmd_send(args: argparse.Namespace) -> int:
     metadata = dict(args.metadata or {})
-    # Policy fields travel in the message metadata (DESIGN §10), read by the receiver's runtime.
+    # Policy fields travel in the message metadata, read by the receiver's runtime.
     if args.complexity:
         metadata["complexity"] = args.complexity
     if args.no_handshake:

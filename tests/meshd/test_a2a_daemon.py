@@ -1,6 +1,6 @@
 """An A2A client reaches a mesh agent whose daemon is stopped; the daemon starts
 later, handles the task from its inbox, and its reply and the task's state
-changes stream back to the A2A client (issue 12, ADR 017)."""
+changes stream back to the A2A client (ADR 017)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``mesh agent``'s collaboration policies (issue 10) against the real SDK, CLI and gateway.
+"""``mesh agent``'s collaboration policies against the real SDK, CLI and gateway.
 
 The scripted model stand-in records every request, so a test asserts what the
 policies passed to the SDK (effort, thinking) and what the model was shown and

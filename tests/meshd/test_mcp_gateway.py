@@ -22,7 +22,7 @@ TOOLS = {
     "mesh_set_task_status",
     "mesh_get_task",
     "mesh_check_inbox",
-    # teams (issue 11; tested in test_teams_gateway.py)
+    # teams (tested in test_teams_gateway.py)
     "mesh_notify_group",
     "mesh_broadcast",
     "mesh_get_timeline",

@@ -1,4 +1,4 @@
-"""meshd's copy of the task state machine is the gateway's (issue 8, item 3)."""
+"""meshd's copy of the task state machine is the gateway's."""
 
 from typing import get_args
 

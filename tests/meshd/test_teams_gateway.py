@@ -1,6 +1,6 @@
 """The team commands of meshd against the real gateway: the SDK methods, the
 ``mesh`` CLI commands and the MCP tools for group posts, broadcasts, timelines
-and the directory (issue 11 item 4), and how the agent runtime renders a
+and the directory, and how the agent runtime renders a
 settled broadcast for its model."""
 
 from __future__ import annotations

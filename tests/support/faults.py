@@ -37,7 +37,7 @@ class Reader(Protocol):
 
 @dataclass
 class Topology:
-    """How many of each mesh process run (issue 13 item 6: 2 / 2 / 2 on one machine)."""
+    """How many of each mesh process run (2 / 2 / 2 on one machine)."""
 
     web: int = 1
     outbox: int = 1
@@ -162,7 +162,7 @@ async def cut_streams_repeatedly(procs: Procs, until: int, step: int = 25,
     return cuts
 
 
-# --- Postgres (issue 15 item 8) ------------------------------------------------------
+# --- Postgres ------------------------------------------------------
 
 # A request during the outage must be answered well within this (no hang).
 ANSWER_WITHIN = 8.0

@@ -1,4 +1,4 @@
-"""Collaboration policies of ``mesh agent`` (DESIGN §10, issue 10; ADR 013).
+"""Collaboration policies of ``mesh agent`` (ADR 013).
 
 One module per policy. :mod:`.config` and :mod:`.complexity`, :mod:`.chitchat`
 import no SDK (the CLI parser reads their defaults); :mod:`.guards` and
