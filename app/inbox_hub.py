@@ -7,7 +7,7 @@ streams cost one Redis connection, not one each.
 
 A long-poll reads Postgres, so it need not wait for the relay and the push
 worker: the web process that committed an event also publishes a commit notice
-(:class:`CommitNotices`, driven by app.writes), which wakes only the waiters of
+(app.after_commit, driven by app.writes), which wakes only the waiters of
 kind ``LONG_POLL`` — a stream waiter woken by it would find its Redis stream
 still without the event.
 
@@ -22,7 +22,7 @@ import asyncio
 import contextlib
 import logging
 from collections import defaultdict
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable
 from typing import Literal, Protocol
 
 import redis.asyncio as aioredis
@@ -34,10 +34,8 @@ from app.delivery import (
     NOTIFY_CHANNEL,
     Notice,
     auth_notice,
-    commit_notice,
     parse_notice,
 )
-from app.metrics import RELAY_WAKEUPS
 from app.redis_follow import follow
 from app.retry import Backoff
 
@@ -192,86 +190,3 @@ class InboxHub:
         for listener in self._listeners:
             listener.notice(notice)
         self.wake(notice.agent_id, auth=notice.auth, committed=notice.committed)
-
-
-class CommitNotices:
-    """The web process's publisher of commit notices (app.delivery.commit_notice).
-
-    :meth:`add` is called by the write unit of work after each commit and never
-    blocks: it wakes this process's own long-polls at once (``hub``), and one
-    background task sends everything added since its previous round as ONE
-    pipeline (one round trip) for the other processes, so a burst of commits
-    costs a few pipelines, not a PUBLISH per recipient. (This process hears its
-    own notices too; the second wake-up finds its long-polls answered or
-    re-reads once.) A publish that fails is logged and retried with backoff —
-    meanwhile long-polls still wake from the push worker's notice or their own
-    periodic re-read, so a lost notice delays an answer, never loses it.
-    """
-
-    STOP_SECONDS = 1.0  # a last publish at shutdown must not hang on a stuck Redis
-
-    def __init__(self, redis: aioredis.Redis, hub: InboxHub | None = None,
-                 relay_channel: str | None = None) -> None:
-        self._redis = redis
-        self._hub = hub
-        # With a channel, every round (it carries commits) also wakes the relays
-        # there (app.store.events.relay_wakeup_channel, ADR 029); a round that fails
-        # calls ``on_relay_wake_lost`` so the relays are woken another way.
-        self.relay_channel = relay_channel
-        self.on_relay_wake_lost: Callable[[], None] | None = None
-        self._pending: set[str] = set()
-        self._ready = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
-
-    def add(self, agent_ids: Iterable[str]) -> bool:
-        """Publish commit notices for ``agent_ids``; True when the same round wakes
-        the relays (there is a relay channel)."""
-        for agent_id in agent_ids:
-            self._pending.add(agent_id)
-            if self._hub is not None:
-                self._hub.wake(agent_id, committed=True)
-        if self._pending:
-            self._ready.set()
-        return self.relay_channel is not None
-
-    async def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="commit-notices")
-
-    async def stop(self) -> None:
-        await cancel(self._task)
-        self._task = None
-        with contextlib.suppress(RedisError, OSError, TimeoutError):
-            async with asyncio.timeout(self.STOP_SECONDS):  # the last commits' long-polls
-                await self._publish()
-
-    async def _publish(self) -> None:
-        if not self._pending:
-            return
-        agents, self._pending = self._pending, set()
-        relay = self.relay_channel
-        try:
-            async with self._redis.pipeline(transaction=False) as pipe:
-                for agent_id in agents:
-                    pipe.publish(NOTIFY_CHANNEL, commit_notice(agent_id))
-                if relay is not None:
-                    pipe.publish(relay, b"")
-                await pipe.execute()
-        except BaseException:
-            self._pending |= agents  # still worth waking once Redis answers
-            if relay is not None and self.on_relay_wake_lost is not None:
-                self.on_relay_wake_lost()  # the rows are committed: wake the relay now
-            raise
-        if relay is not None:
-            RELAY_WAKEUPS.labels(via="redis").inc()
-
-    async def _run(self) -> None:
-        backoff = Backoff("commit_notices", logger=log)
-        while True:
-            await self._ready.wait()
-            self._ready.clear()
-            try:
-                await self._publish()
-                backoff.reset()
-            except (RedisError, OSError) as exc:
-                self._ready.set()
-                await backoff.wait(f"could not publish commit notices ({exc})")

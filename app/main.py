@@ -20,6 +20,7 @@ from starlette.types import ASGIApp
 
 from app import db, health, openapi
 from app.a2a import routes as a2a_routes
+from app.after_commit import AfterCommit
 from app.api import admin, auth, inbox, index, mesh, owners, sse, tasks, teams, timeline, webhooks
 from app.api.deps import State, state
 from app.auth_throttle import AuthThrottle
@@ -33,11 +34,10 @@ from app.errors import (
     handle_validation,
 )
 from app.health import close_bus_probes
-from app.inbox_hub import CommitNotices, InboxHub
+from app.inbox_hub import InboxHub
 from app.middleware import BodyLimit, EncodedSlashGuard, RequestMetrics
 from app.observability import init_sentry, setup_logging
 from app.ratelimit import RateLimiter
-from app.relay_wakeup import RelayWakeup
 from app.services.inbox import ReceiptBatcher
 from app.services.inbox_stream import Recheck
 from app.services.kdf import Kdf
@@ -125,15 +125,13 @@ def create_app(settings: Settings | None = None) -> MeshApp:
         hub.add_listener(reach)
         await hub.start()
         limiter = RateLimiter(redis, settings) if settings.ratelimit_enabled else None
-        # Commit notices and batched receipts (ADR 021).
-        notices = CommitNotices(redis, hub,
-                                relay_channel=relay_wakeup_channel(settings.bus_topic))
+        # Commit notices with the relays' wake-up, and batched receipts (ADR 021).
+        wakeup = AfterCommit(pool, redis, hub,
+                             relay_channel=relay_wakeup_channel(settings.bus_topic))
         receipts = ReceiptBatcher(pool, flush_ms=settings.receipt_flush_ms,
                                   flush_max=settings.receipt_flush_max)
-        await notices.start()
-        await receipts.start()
-        wakeup = RelayWakeup(pool, notices)
         await wakeup.start()
+        await receipts.start()
         creates = CreateBatcher(pool, settings.bus_topic, wakeup,
                                 max_batch=settings.create_batch_max,
                                 in_flight=settings.create_batch_in_flight)
@@ -145,14 +143,13 @@ def create_app(settings: Settings | None = None) -> MeshApp:
                                feed_slots=StreamSlots(
                                    settings.console_feed_max_streams_per_owner, feed_refusal),
                                principals=principals, reach=reach, creates=creates,
-                               commit_notices=notices, receipts=receipts,
+                               receipts=receipts,
                                sse_recheck=Recheck(pool, settings.sse_recheck_seconds))
         configure_gc(settings)
         try:
             yield
         finally:
             await wakeup.stop()
-            await notices.stop()
             await receipts.stop()
             await close_bus_probes()
             await hub.stop()

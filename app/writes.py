@@ -5,14 +5,14 @@ handlers, cron, admin, whatever comes next — opens ``async with writes(pool,
 wakeup) as tx`` and appends through ``tx``. The unit of work records that the
 outbox changed and, only once the transaction has committed, wakes the relay:
 
-* through ``wakeup`` (the web process's coalescing :class:`app.relay_wakeup.RelayWakeup`),
-  so a burst of commits costs a handful of NOTIFYs, not one each. It is also told
+* through ``wakeup`` (the web process's coalescing :class:`app.after_commit.AfterCommit`),
+  so a burst of commits costs a handful of rounds, not one each. It is also told
   which agents received events, and publishes their commit notices (ADR 021): a
   long-poll parked on any web process answers from Postgres right after the
   commit instead of after relay → bus → push worker;
 * or, where no such waker runs (cron, scripts), with one direct NOTIFY on the same
   connection, outside the transaction (a NOTIFY inside it would serialise commits
-  on Postgres's notification lock — see app.relay_wakeup). No commit notice then:
+  on Postgres's notification lock — see app.after_commit). No commit notice then:
   long-polls wake from the push worker's notice, as before.
 
 Other effects that must follow a commit (telling open streams a key was

@@ -18,8 +18,8 @@ import redis.asyncio as aioredis
 
 from app.db import create_pool
 from app.delivery import NOTIFY_CHANNEL, commit_notice, event_notice
-from app.inbox_hub import LONG_POLL, STREAM, CommitNotices, InboxHub
-from app.relay_wakeup import RelayWakeup
+from app.after_commit import AfterCommit
+from app.inbox_hub import LONG_POLL, STREAM, InboxHub
 from app.settings import Settings
 from app.writes import NewEvent, writes
 from devstack.process import free_port
@@ -125,9 +125,8 @@ async def test_a_failed_commit_notice_is_logged_never_raised(
         _, b = await mesh.pair()
     pool = await create_pool(iso, min_size=1, max_size=2)
     nowhere = aioredis.from_url(f"redis://127.0.0.1:{free_port()}", socket_connect_timeout=1)
-    notices = CommitNotices(nowhere)
-    wakeup = RelayWakeup(pool, notices)
-    await notices.start()
+    wakeup = AfterCommit(pool, nowhere)
+    await wakeup.start()
     try:
         async with writes(pool, topic=iso.bus_topic, wakeup=wakeup) as tx:
             [row] = await tx.append([NewEvent(agent_id=b.agent_id, type="test.ping",
@@ -135,9 +134,9 @@ async def test_a_failed_commit_notice_is_logged_never_raised(
         assert await pool.fetchval("SELECT count(*) FROM inbox_events WHERE agent_id = $1 "
                                    "AND seq = $2", b.agent_id, row["seq"]) == 1
         async with asyncio.timeout(20):
-            while "could not publish commit notices" not in caplog.text:  # noqa: ASYNC110
+            while "could not signal after a commit" not in caplog.text:  # noqa: ASYNC110
                 await asyncio.sleep(0.02)  # a log line has no event to await
     finally:
-        await notices.stop()
+        await wakeup.stop()
         await nowhere.aclose()
         await pool.close()

@@ -16,8 +16,7 @@ import redis.asyncio as aioredis
 from prometheus_client import REGISTRY
 
 from app.db import create_pool
-from app.inbox_hub import CommitNotices
-from app.relay_wakeup import RelayWakeup
+from app.after_commit import AfterCommit
 from app.settings import Settings
 from app.store.events import WAKEUP_CHANNEL, relay_wakeup_channel
 from devstack.process import free_port
@@ -72,9 +71,7 @@ async def test_a_commit_whose_redis_round_fails_wakes_the_relay_by_notify(
     heard = asyncio.Event()
     await listener.add_listener(WAKEUP_CHANNEL, lambda *_a: heard.set())
     nowhere = aioredis.from_url(f"redis://127.0.0.1:{free_port()}", socket_connect_timeout=1)
-    notices = CommitNotices(nowhere, relay_channel=relay_wakeup_channel(settings.bus_topic))
-    wakeup = RelayWakeup(pool, notices)
-    await notices.start()
+    wakeup = AfterCommit(pool, nowhere, relay_channel=relay_wakeup_channel(settings.bus_topic))
     await wakeup.start()
     try:
         wakeup.wake(["someone@somewhere"])
@@ -82,7 +79,6 @@ async def test_a_commit_whose_redis_round_fails_wakes_the_relay_by_notify(
             await heard.wait()
     finally:
         await wakeup.stop()
-        await notices.stop()
         await nowhere.aclose()
         await listener.close()
         await pool.close()

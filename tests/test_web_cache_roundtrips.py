@@ -20,7 +20,7 @@ from tests.support.meshapi import MeshFactory
 
 
 class Woken:
-    """The web process's coalescing relay wake-up (app.relay_wakeup) stands here: its
+    """The web process's after-commit signal (app.after_commit) stands here: its
     NOTIFYs are a few per burst, not one per send, and not on the send's path."""
 
     def __init__(self) -> None:

@@ -26,7 +26,7 @@ from app.errors import (
     validation_problem,
 )
 from app.ids import is_valid_id
-from app.inbox_hub import CommitNotices, InboxHub, publish_auth_change
+from app.inbox_hub import InboxHub, publish_auth_change
 from app.services import accounts
 from app.services.inbox import ReceiptBatcher
 from app.services.inbox_stream import Recheck
@@ -48,8 +48,9 @@ class State:
     redis: aioredis.Redis
     hub: InboxHub
     ratelimiter: Any = None
-    # The coalescing RelayWakeup of this web process, handed to every write's unit
-    # of work (app.writes); None makes each write NOTIFY the relay itself.
+    # The after-commit signal of this web process (app.after_commit.AfterCommit),
+    # handed to every write's unit of work (app.writes); None makes each write
+    # NOTIFY the relay itself.
     wakeup: Wakeup | None = None
     # app.auth_throttle.AuthThrottle and app.services.kdf.Kdf.
     auth_throttle: Any = None
@@ -58,8 +59,7 @@ class State:
     sse_slots: Any = None
     # The same, per owner, for the console's live-feed streams (ADR 032).
     feed_slots: Any = None
-    # The after-commit long-poll wake-ups and the batched receipts (ADR 021).
-    commit_notices: CommitNotices | None = None
+    # The batched receipts (ADR 021).
     receipts: ReceiptBatcher | None = None  # the long-poll passes it to record_delivery
     # The one Postgres re-check timer of this process's SSE streams (ADR 023).
     sse_recheck: Recheck | None = None

@@ -4,7 +4,7 @@ One statement does it all, inside the caller's transaction: it locks the
 recipients' counter rows in agent_id order (so two writes reaching the same
 agents can never deadlock), bumps each counter by one, inserts the inbox
 events with those seqs and one outbox row per event for the relay. The
-relay is woken after the commit (app.relay_wakeup), not from inside it.
+relay is woken after the commit (app.after_commit), not from inside it.
 
 The outbox row carries only the event's envelope (seq, event_id, type, ids),
 never its content or a wire form: the relay's claim joins the inbox row back
@@ -26,7 +26,7 @@ WAKEUP_CHANNEL = "mesh_outbox"
 
 def relay_wakeup_channel(topic: str) -> str:
     """The Redis channel the relays of ``topic`` hear a web process's commits on
-    (ADR 029): published in the commit notices' pipeline, so a send costs the web
+    (ADR 029): published in the after-commit signal's Redis pipeline, so a send costs the web
     no NOTIFY round trip. Per topic, like the relay's claim."""
     return f"mesh:outbox-wakeup:{topic}"
 
