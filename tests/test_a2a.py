@@ -1,4 +1,5 @@
-"""A2A v1.0 over the real gateway and pipeline, with the official a2a-sdk client(ADR 017): offline recipients, permissions, idempotency, cards."""
+"""A2A v1.0 over the real gateway and pipeline, with the official a2a-sdk client
+(ADR 017): offline recipients, permissions, idempotency, cards."""
 
 from __future__ import annotations
 

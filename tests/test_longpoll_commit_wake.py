@@ -16,9 +16,9 @@ import httpx
 import pytest
 import redis.asyncio as aioredis
 
+from app.after_commit import AfterCommit
 from app.db import create_pool
 from app.delivery import NOTIFY_CHANNEL, commit_notice, event_notice
-from app.after_commit import AfterCommit
 from app.inbox_hub import LONG_POLL, STREAM, InboxHub
 from app.settings import Settings
 from app.writes import NewEvent, writes

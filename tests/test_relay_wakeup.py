@@ -15,8 +15,8 @@ import asyncpg
 import redis.asyncio as aioredis
 from prometheus_client import REGISTRY
 
-from app.db import create_pool
 from app.after_commit import AfterCommit
+from app.db import create_pool
 from app.settings import Settings
 from app.store.events import WAKEUP_CHANNEL, relay_wakeup_channel
 from devstack.process import free_port
