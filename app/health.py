@@ -65,12 +65,12 @@ async def _kafka_metadata(bootstrap: str, max_wait: float, security_protocol: st
     admin = _kafka_admins.get(key)
     try:
         if admin is None:
-            from workers.bus import BusOptions
+            from workers.bus import KafkaOptions
             from workers.bus_kafka import connection_options
 
             admin = AIOKafkaAdminClient(
                 bootstrap_servers=bootstrap, request_timeout_ms=max(1, int(max_wait * 1000)),
-                **connection_options(BusOptions(security_protocol=security_protocol)))
+                **connection_options(KafkaOptions(security_protocol=security_protocol)))
             _kafka_admins[key] = admin
             await admin.start()  # bootstrap: ApiVersions + a metadata request
         await admin.describe_cluster()  # a metadata request to a live broker

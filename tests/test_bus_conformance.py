@@ -30,9 +30,8 @@ from workers.bus import (
     PublishError,
     RecordRejected,
     Subscriber,
-    create_publisher,
-    create_subscriber,
 )
+from workers.bus_factory import create_publisher, create_subscriber
 
 # Short timeouts keep outage tests quick; claim_idle is short so a stopped
 # Redis consumer's pending entries come back within the test.
@@ -393,7 +392,7 @@ def test_nats_duplicate_window_outlasts_the_relay_retry_horizon() -> None:
     defaults = Settings()
     horizon = retry_horizon(defaults.relay_retry_base_seconds, defaults.relay_max_attempts)
     assert horizon == 5 * 1023
-    assert BusOptions.from_settings(defaults).nats_duplicate_window == duplicate_window(
+    assert BusOptions.from_settings(defaults).nats.duplicate_window == duplicate_window(
         defaults.relay_retry_base_seconds, defaults.relay_max_attempts) > horizon
 
 

@@ -4,6 +4,7 @@ One small interface, three implementations: Kafka (:mod:`workers.bus_kafka`) for
 production, NATS JetStream (:mod:`workers.bus_nats`) for teams that run NATS, and
 Redis Streams (:mod:`workers.bus_redis`) for embedded and small deployments. All
 pass ``tests/test_bus_conformance.py``; a new bus is done when that suite passes.
+This module is the contract; :mod:`workers.bus_factory` picks the implementation.
 See ``docs/decisions/002-bus-interface.md``.
 
 Contract, for every implementation:
@@ -74,8 +75,32 @@ class Delivery:
 
 
 @dataclass(frozen=True, slots=True)
+class KafkaOptions:
+    """What only the Kafka bus reads."""
+
+    # Partitions and replication of the topic when we create it.
+    partitions: int = 8
+    replication_factor: int = 1
+    # "PLAINTEXT" or "SSL".
+    security_protocol: str = "PLAINTEXT"
+
+
+@dataclass(frozen=True, slots=True)
+class NatsOptions:
+    """What only the NATS JetStream bus reads."""
+
+    # How long the stream remembers a Nats-Msg-Id and drops a repeat.
+    # BusOptions.from_settings() sets it above the relay's retry horizon; this
+    # default (2 h) is above the horizon of the default settings (95 min).
+    duplicate_window: float = 7200.0
+    # Unacked messages the push consumer group may hold at once.
+    max_ack_pending: int = 20_000
+
+
+@dataclass(frozen=True, slots=True)
 class BusOptions:
-    """Knobs with safe defaults; tests shorten the timeouts."""
+    """Knobs with safe defaults; tests shorten the timeouts. The top-level ones
+    mean the same on every bus; ``kafka`` and ``nats`` hold the rest."""
 
     # Upper bound for one publish_batch call while the broker is unreachable.
     publish_timeout: float = 10.0
@@ -84,35 +109,27 @@ class BusOptions:
     # key + value bytes. A little over the 1 MiB HTTP body limit, so that any
     # event built from an accepted request fits (the event JSON wraps the body).
     max_record_bytes: int = 2 * 1024 * 1024
-    # Kafka: partitions and replication of the topic when we create it.
-    partitions: int = 8
-    replication_factor: int = 1
-    # Redis: approximate MAXLEN of the stream. Trimming drops the oldest entries
-    # even if unread; Postgres stays the history, so this only bounds memory.
+    # Redis and NATS: approximate bound on the records the stream keeps.
+    # Trimming drops the oldest even if unread; Postgres stays the history, so
+    # this only bounds memory.
     stream_maxlen: int = 1_000_000
-    # Redis: an entry pending this long for any consumer is reclaimed, so a
-    # killed consumer's work is redelivered. Keep it above the longest time a
-    # live consumer may hold a fetched batch before committing.
+    # Redis and NATS: a delivery unacked this long is redelivered (Redis
+    # reclaims it, NATS's ack wait), so a killed consumer's work comes back.
+    # Keep it above the longest time a live consumer holds a fetched batch.
     claim_idle: float = 60.0
-    # Redis: how often fetch() looks for such entries.
+    # Redis and NATS: how often fetch() looks for such deliveries.
     claim_interval: float = 5.0
-    # Kafka: "PLAINTEXT" or "SSL".
-    security_protocol: str = "PLAINTEXT"
-    # NATS: how long the stream remembers a Nats-Msg-Id and drops a repeat.
-    # from_settings() sets it above the relay's retry horizon; this default
-    # (2 h) is above the horizon of the default settings (95 min).
-    nats_duplicate_window: float = 7200.0
-    # NATS: unacked messages the push consumer group may hold at once.
-    nats_max_ack_pending: int = 20_000
+    kafka: KafkaOptions = KafkaOptions()
+    nats: NatsOptions = NatsOptions()
 
     @classmethod
     def from_settings(cls, settings: Settings, **overrides: object) -> BusOptions:
         """The options the deployment configures (MESH_*); the rest keep their defaults."""
         values: dict[str, object] = {
             "max_record_bytes": settings.bus_max_record_bytes,
-            "security_protocol": settings.kafka_security_protocol,
-            "nats_duplicate_window": duplicate_window(settings.relay_retry_base_seconds,
-                                                      settings.relay_max_attempts),
+            "kafka": KafkaOptions(security_protocol=settings.kafka_security_protocol),
+            "nats": NatsOptions(duplicate_window=duplicate_window(
+                settings.relay_retry_base_seconds, settings.relay_max_attempts)),
         }
         values.update(overrides)
         return cls(**values)  # type: ignore[arg-type]
@@ -182,51 +199,3 @@ def record_too_large(key: str, value: bytes, limit: int) -> RecordRejected | Non
             "(BusOptions.max_record_bytes); it can never be published"
         )
     return None
-
-
-def create_publisher(settings: Settings, options: BusOptions | None = None) -> Publisher:
-    """The publisher for ``settings.bus_kind`` on ``settings.bus_topic``. Call ``start()``."""
-    options = options or BusOptions.from_settings(settings)
-    if settings.bus_kind == "nats":
-        from workers.bus_nats import NatsPublisher
-
-        return NatsPublisher(_nats_url(settings), settings.bus_topic, options)
-    if settings.bus_kind == "kafka":
-        from workers.bus_kafka import KafkaPublisher
-
-        if not settings.kafka_bootstrap:
-            raise ValueError("bus is 'kafka' but MESH_KAFKA_BOOTSTRAP is not set")
-        return KafkaPublisher(settings.kafka_bootstrap, settings.bus_topic, options)
-    from workers.bus_redis import RedisPublisher
-
-    return RedisPublisher(settings.redis_url, settings.bus_topic, options)
-
-
-def create_subscriber(
-    settings: Settings, group: str, consumer_name: str, options: BusOptions | None = None
-) -> Subscriber:
-    """A member ``consumer_name`` of consumer ``group`` on ``settings.bus_topic``.
-    ``consumer_name`` should be unique per process (e.g. host + pid)."""
-    options = options or BusOptions.from_settings(settings)
-    if settings.bus_kind == "nats":
-        from workers.bus_nats import NatsSubscriber
-
-        return NatsSubscriber(_nats_url(settings), settings.bus_topic, group, consumer_name,
-                              options)
-    if settings.bus_kind == "kafka":
-        from workers.bus_kafka import KafkaSubscriber
-
-        if not settings.kafka_bootstrap:
-            raise ValueError("bus is 'kafka' but MESH_KAFKA_BOOTSTRAP is not set")
-        return KafkaSubscriber(
-            settings.kafka_bootstrap, settings.bus_topic, group, consumer_name, options
-        )
-    from workers.bus_redis import RedisSubscriber
-
-    return RedisSubscriber(settings.redis_url, settings.bus_topic, group, consumer_name, options)
-
-
-def _nats_url(settings: Settings) -> str:
-    if not settings.nats_url:
-        raise ValueError("bus is 'nats' but MESH_NATS_URL is not set")
-    return settings.nats_url

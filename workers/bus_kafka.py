@@ -39,6 +39,7 @@ from workers.bus import (
     BusStartError,
     BusUnavailable,
     Delivery,
+    KafkaOptions,
     PublishError,
     RecordRejected,
     record_too_large,
@@ -57,7 +58,7 @@ _PARTITIONER = DefaultPartitioner()
 _estimate_size = DefaultRecordBatchBuilder.estimate_size_in_bytes
 
 
-def connection_options(options: BusOptions) -> dict[str, Any]:
+def connection_options(options: KafkaOptions) -> dict[str, Any]:
     """TLS settings shared by every Kafka client we build."""
     if options.security_protocol == "SSL":
         from aiokafka.helpers import create_ssl_context
@@ -70,15 +71,15 @@ async def ensure_topic(bootstrap: str, topic: str, options: BusOptions) -> int |
     """Create ``topic`` unless it exists; return its ``max.message.bytes`` (None if unknown)."""
     admin = AIOKafkaAdminClient(
         bootstrap_servers=bootstrap, request_timeout_ms=int(options.connect_timeout * 1000),
-        **connection_options(options),
+        **connection_options(options.kafka),
     )
     try:
         await admin.start()
         response = await admin.create_topics([
             NewTopic(
                 topic,
-                options.partitions,
-                options.replication_factor,
+                options.kafka.partitions,
+                options.kafka.replication_factor,
                 topic_configs={
                     "max.message.bytes": str(options.max_record_bytes + _RECORD_OVERHEAD)
                 },
@@ -194,7 +195,7 @@ class KafkaPublisher:
             max_batch_size=min(_MAX_BATCH_BYTES, limit),
             request_timeout_ms=max(1000, int(self._options.publish_timeout * 1000)),
             linger_ms=0,
-            **connection_options(self._options),
+            **connection_options(self._options.kafka),
         )
         try:
             await producer.start()
@@ -362,7 +363,7 @@ class KafkaSubscriber:
                     # A new group starts from the oldest record: events published
                     # before the first worker ever ran must still be delivered.
                     auto_offset_reset="earliest",
-                    **connection_options(self._options),
+                    **connection_options(self._options.kafka),
                 )
                 await consumer.start()
         except (TimeoutError, KafkaError, OSError) as exc:

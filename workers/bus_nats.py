@@ -130,7 +130,7 @@ async def ensure_stream(js: JetStreamContext, topic: str, options: BusOptions) -
     name = stream_name(topic)
     config = StreamConfig(
         name=name, subjects=[f"{topic}.*"], storage=StorageType.FILE,
-        duplicate_window=options.nats_duplicate_window,
+        duplicate_window=options.nats.duplicate_window,
         # Like the Redis bus's MAXLEN: bounds the disk, drops the oldest;
         # Postgres stays the history.
         max_msgs=options.stream_maxlen, max_msg_size=-1)
@@ -139,12 +139,12 @@ async def ensure_stream(js: JetStreamContext, topic: str, options: BusOptions) -
     except NotFoundError:
         await js.add_stream(config)
         log.info("nats stream %s created (duplicate window %.0f s)", name,
-                 options.nats_duplicate_window)
+                 options.nats.duplicate_window)
         return
-    if (info.config.duplicate_window or 0) < options.nats_duplicate_window:
-        await js.update_stream(info.config.evolve(duplicate_window=options.nats_duplicate_window))
+    if (info.config.duplicate_window or 0) < options.nats.duplicate_window:
+        await js.update_stream(info.config.evolve(duplicate_window=options.nats.duplicate_window))
         log.info("nats stream %s: duplicate window raised to %.0f s", name,
-                 options.nats_duplicate_window)
+                 options.nats.duplicate_window)
 
 
 async def _close(nc: NatsClient | None, timeout: float) -> None:
@@ -306,7 +306,7 @@ class NatsSubscriber:
                 max_deliver=-1, filter_subject=f"{self._topic}.*",
                 # Unacked messages the group may hold; above one fetch of every
                 # member, so a slow member does not stall the others.
-                max_ack_pending=self._options.nats_max_ack_pending))
+                max_ack_pending=self._options.nats.max_ack_pending))
         return await js.pull_subscribe_bind(durable=self._group, stream=self._stream)
 
     async def stop(self) -> None:

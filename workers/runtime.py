@@ -41,9 +41,8 @@ from workers.bus import (
     BusStartError,
     Publisher,
     Subscriber,
-    create_publisher,
-    create_subscriber,
 )
+from workers.bus_factory import create_publisher, create_subscriber
 from workers.process import setup_process, use_fast_event_loop
 
 log = logging.getLogger("mesh.worker")
