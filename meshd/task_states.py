@@ -2,7 +2,7 @@
 
 The gateway decides what is legal (``app/domain/task_states.py``); meshd keeps
 this copy only to validate arguments early and to tell an LLM which moves exist.
-``tests/meshd/test_task_states.py`` pins it to the gateway's, so the two cannot drift.
+``tests/unit/meshd/test_task_states.py`` pins it to the gateway's, so the two cannot drift.
 """
 
 from __future__ import annotations

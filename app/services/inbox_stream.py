@@ -13,7 +13,7 @@ an open stream, and only the streams behind it re-read Postgres — not one
 query per stream per interval (ADR 023).
 
 Time comes from an injectable :class:`Clock`, so the loop is tested with a fake
-one (tests/unit/test_inbox_stream.py) instead of sleeping.
+one (tests/unit/app/services/test_inbox_stream.py) instead of sleeping.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from meshd import AuthError, MeshClient
-from tests.meshd.test_models import EVENT
+from tests.unit.meshd.test_models import EVENT
 
 
 class FakeGateway:

@@ -1,4 +1,4 @@
-"""The task state machine and the permission rule, in-process (no services)."""
+"""The task state machine, in-process (no services)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ import pytest
 from pydantic import ValidationError
 
 from app.domain import task_states
-from app.domain.permissions import Relationship, can_communicate, implicitly_friends
 from app.errors import Problem
 from app.event_wire import format_timestamp
 from app.responses import TaskOut
@@ -86,19 +85,6 @@ def test_request_validation_uses_the_same_states() -> None:
         StatusChange.model_validate({"state": "done"})
 
 
-@pytest.mark.parametrize(("same_owner", "virtual", "expected"), [
-    (True, True, True), (True, False, True), (False, True, False), (False, False, False)])
-def test_implicit_friendship_is_one_rule(same_owner: bool, virtual: bool,
-                                          expected: bool) -> None:
-    # One owner's agents trust each other, whatever their kind (ADR 030).
-    assert implicitly_friends(same_owner=same_owner) is expected
-    rel = Relationship(friends=False, shares_group=False, same_owner=same_owner,
-                       either_virtual_user=virtual)
-    assert can_communicate(rel) is expected
-    assert can_communicate(Relationship(True, False, same_owner, virtual))
-    assert can_communicate(Relationship(False, True, same_owner, virtual))
-
-
 def test_timestamps_are_the_utc_instant_with_microseconds() -> None:
     utc = datetime(2026, 1, 2, 3, 4, 5, 123456, tzinfo=UTC)
     assert format_timestamp(utc) == utc.isoformat() == "2026-01-02T03:04:05.123456+00:00"
@@ -112,12 +98,3 @@ def test_timestamps_are_the_utc_instant_with_microseconds() -> None:
     assert wire["created_at"] == "2026-01-02T03:04:05.123456+00:00"
     # Fixed width, as in inbox events: isoformat() alone would drop a zero fraction.
     assert wire["updated_at"] == "2026-01-02T03:04:05.000000+00:00"
-
-
-def test_a_virtual_user_speaks_for_its_owners_agents() -> None:
-    stranger = Relationship(friends=False, shares_group=False, same_owner=False,
-                            either_virtual_user=True)
-    assert not can_communicate(stranger)
-    vouched = Relationship(friends=False, shares_group=False, same_owner=False,
-                           either_virtual_user=True, owner_agent_may=True)
-    assert can_communicate(vouched)
