@@ -17,7 +17,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 # The columns encode_event reads, for queries that feed it.
-EVENT_COLUMNS = "seq, event_id, type, task_id, context_id, from_agent_id, created_at, payload"
+EVENT_COLUMNS = ("seq, event_id, type, task_id, context_id, from_agent_id, created_at, payload, "
+                 "traceparent")
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +68,7 @@ def encode_event(row: Mapping[str, Any]) -> bytes:
     payload = row["payload"]
     if isinstance(payload, str):  # a connection without the pool's jsonb codec
         payload = json.loads(payload)
-    return _dumps({
+    event = {
         "seq": row["seq"],
         "event_id": row["event_id"],
         "type": row["type"],
@@ -76,11 +77,31 @@ def encode_event(row: Mapping[str, Any]) -> bytes:
         "from_agent_id": row["from_agent_id"],
         "created_at": format_timestamp(row["created_at"]),
         "payload": payload,
-    })
+    }
+    # The message's trace (app.tracing), only when the write had one: an event
+    # written while tracing is off has the same bytes as before tracing existed.
+    traceparent = row.get("traceparent")
+    if traceparent:
+        event["traceparent"] = traceparent
+    return _dumps(event)
 
 
 def wire_event(row: Mapping[str, Any]) -> WireEvent:
     return WireEvent(int(row["seq"]), str(row["type"]), encode_event(row))
+
+
+_TRACE_MARK = b',"traceparent":"'
+
+
+def traceparent_of(data: bytes) -> str | None:
+    """The trace encode_event put last in an event's bytes, without parsing them
+    (a traceparent holds no character JSON escapes); None when it has none."""
+    at = data.rfind(_TRACE_MARK)
+    if at < 0:
+        return None
+    start = at + len(_TRACE_MARK)
+    end = data.find(b'"', start)
+    return data[start:end].decode("ascii", "replace") if end > start else None
 
 
 def encode_page(events: Sequence[WireEvent], next_after: int) -> bytes:

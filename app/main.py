@@ -18,7 +18,7 @@ from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, R
 from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp
 
-from app import db, health, openapi
+from app import db, health, openapi, tracing
 from app.a2a import routes as a2a_routes
 from app.after_commit import AfterCommit
 from app.api import admin, auth, inbox, index, mesh, owners, sse, tasks, teams, timeline, webhooks
@@ -35,7 +35,7 @@ from app.errors import (
 )
 from app.health import close_bus_probes
 from app.inbox_hub import InboxHub
-from app.middleware import BodyLimit, EncodedSlashGuard, RequestMetrics
+from app.middleware import BodyLimit, EncodedSlashGuard, RequestMetrics, Traced
 from app.observability import init_sentry, setup_logging
 from app.ratelimit import RateLimiter
 from app.services.inbox import ReceiptBatcher
@@ -155,6 +155,7 @@ def create_app(settings: Settings | None = None) -> MeshApp:
             await hub.stop()
             await redis.aclose()
             await pool.close()
+            tracing.shutdown()
 
     routes = api_routes()
     spec: dict[str, Any] = openapi.build(routes, title="Agent Mesh", version=VERSION)
@@ -182,6 +183,8 @@ def create_app(settings: Settings | None = None) -> MeshApp:
             Middleware(RequestMetrics),
             Middleware(EncodedSlashGuard),
             Middleware(BodyLimit, max_body_size=settings.max_body_bytes),
+            # Only while tracing is on: off, a request passes no tracing code.
+            *([Middleware(Traced)] if tracing.setup("web") else []),
         ],
         exception_handlers={
             Problem: handle_problem,

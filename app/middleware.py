@@ -9,6 +9,7 @@ from starlette.middleware.body_limit import RequestBodyLimitMiddleware
 from starlette.routing import BaseRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from app import tracing
 from app.errors import PROBLEM_JSON
 from app.metrics import HTTP_REQUESTS
 from app.sse_response import OUTSIDE
@@ -135,3 +136,43 @@ def _has_body(scope: Scope) -> bool:
         if name == b"transfer-encoding" or (name == b"content-length" and value.strip() != b"0"):
             return True
     return False
+
+
+class Traced:
+    """One server span per write request (``mesh.send``: a task, a message, a
+    status change…), a child of the caller's ``traceparent`` when it sent one;
+    the inbox events the request writes carry this span's traceparent (ADR 042).
+    Reads only adopt the caller's context. In the stack only while tracing is on."""
+
+    WRITES = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]
+                   if k == b"traceparent"}
+        if scope["method"] not in self.WRITES:
+            with tracing.request_context(headers):
+                await self.app(scope, receive, send)
+            return
+        status = 500
+
+        async def send_wrapper(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        with tracing.span("mesh.send", traceparent=headers.get("traceparent"),
+                          kind=tracing.SpanKind.SERVER,
+                          attributes={"http.request.method": scope["method"],
+                                      "url.path": scope["path"]}) as span:
+            try:
+                await self.app(scope, receive, send_wrapper)
+            finally:
+                if span is not None:
+                    span.set_attribute("http.response.status_code", status)

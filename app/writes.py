@@ -37,6 +37,7 @@ from typing import Any, Protocol
 
 import asyncpg
 
+from app import tracing
 from app.store import events as events_store
 from app.store import outbox as outbox_store
 from app.store import tasks as tasks_store
@@ -123,11 +124,12 @@ async def writes(pool: asyncpg.Pool, *, topic: str | None = None, wakeup: Wakeup
     autocommit makes atomic on its own (no transaction block is opened)."""
     async with pool.acquire() as conn:
         tx = Writes(conn, topic)
-        if one_statement:
-            yield tx
-        else:
-            async with conn.transaction():
+        with tracing.span("mesh.transaction"):
+            if one_statement:
                 yield tx
+            else:
+                async with conn.transaction():
+                    yield tx
         if tx.outbox_changed:
             await _wake(conn, wakeup, tx.recipients)
     # Outside the connection: an effect (a Redis publish) need not hold one.

@@ -42,6 +42,10 @@ if TYPE_CHECKING:
     from app.settings import Settings
 
 
+# The record header that carries a message's trace (app.tracing.TRACEPARENT).
+TRACE_HEADER = "traceparent"
+
+
 class PublishError(Exception):
     """A record was not acknowledged by the bus. Publishing it again is safe."""
 
@@ -72,6 +76,8 @@ class Delivery:
     value: bytes
     partition: int
     offset: int | str
+    # The message's trace, from the record's headers (None when it had none).
+    traceparent: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,12 +168,15 @@ class Publisher(Protocol):
         """Release connections; bounded even while the broker is down."""
 
     async def publish_batch(
-        self, records: Sequence[tuple[str, bytes]], msg_ids: Sequence[str] | None = None
+        self, records: Sequence[tuple[str, bytes]], msg_ids: Sequence[str] | None = None,
+        traceparents: Sequence[str | None] | None = None,
     ) -> list[PublishError | None]:
         """Publish ``(key, value)`` records; one result per record, in order
         (``None`` = acknowledged). Never raises for broker or record problems.
         ``msg_ids`` (one per record: the outbox row id) lets a bus with
-        broker-side dedup (NATS) store a republished record once; others ignore it."""
+        broker-side dedup (NATS) store a republished record once; others ignore it.
+        ``traceparents`` (one per record, or None) travel as the record's
+        ``traceparent`` header and come back as :attr:`Delivery.traceparent`."""
         ...
 
 

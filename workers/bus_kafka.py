@@ -35,6 +35,7 @@ from aiokafka.partitioner import DefaultPartitioner
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 
 from workers.bus import (
+    TRACE_HEADER,
     BusOptions,
     BusStartError,
     BusUnavailable,
@@ -205,7 +206,8 @@ class KafkaPublisher:
         return producer
 
     async def publish_batch(
-        self, records: Sequence[tuple[str, bytes]], msg_ids: Sequence[str] | None = None
+        self, records: Sequence[tuple[str, bytes]], msg_ids: Sequence[str] | None = None,
+        traceparents: Sequence[str | None] | None = None,
     ) -> list[PublishError | None]:
         # msg_ids: unused, duplicates are dropped by the consumers' seq check.
         results: list[PublishError | None] = [None] * len(records)
@@ -218,7 +220,7 @@ class KafkaPublisher:
                 todo.append(i)
         if todo:
             async with self._lock:
-                await self._publish(records, todo, results)
+                await self._publish(records, todo, results, traceparents)
         return results
 
     async def _publish(
@@ -226,6 +228,7 @@ class KafkaPublisher:
         records: Sequence[tuple[str, bytes]],
         todo: list[int],
         results: list[PublishError | None],
+        traceparents: Sequence[str | None] | None = None,
     ) -> None:
         """One closed record batch per partition (more only past max_batch_size),
         handed to the producer whole: no per-record future, partition lookup or
@@ -243,7 +246,8 @@ class KafkaPublisher:
                                            sorted(await producer.partitions_for(self._topic)))
                 try:
                     for partition, indexes in by_partition.items():
-                        await self._submit(producer, partition, records, indexes, submitted)
+                        await self._submit(producer, partition, records, indexes, submitted,
+                                           traceparents)
                 except KafkaError as exc:
                     # The producer itself is failing (dead sender, no metadata,
                     # closed accumulator): stop feeding it.
@@ -318,22 +322,33 @@ class KafkaPublisher:
         records: Sequence[tuple[str, bytes]],
         indexes: list[int],
         submitted: list[tuple[list[int], asyncio.Future[Any]]],
+        traceparents: Sequence[str | None] | None,
     ) -> None:
         batch = producer.create_batch()
         members: list[int] = []
         for i in indexes:
             key, value = records[i]
-            if batch.append(key=key.encode(), value=value, timestamp=None) is None:
+            tp = traceparents[i] if traceparents is not None else None
+            headers = [(TRACE_HEADER, tp.encode())] if tp else []
+            if batch.append(key=key.encode(), value=value, timestamp=None,
+                            headers=headers) is None:
                 # Full: send it and start the next (an empty batch takes any record).
                 submitted.append((members, await producer.send_batch(
                     batch, self._topic, partition=partition)))
                 batch, members = producer.create_batch(), []
-                batch.append(key=key.encode(), value=value, timestamp=None)
+                batch.append(key=key.encode(), value=value, timestamp=None, headers=headers)
             members.append(i)
         # Closed, so the sender takes it at once instead of lingering for more.
         batch.close()
         submitted.append((members, await producer.send_batch(batch, self._topic,
                                                              partition=partition)))
+
+
+def _trace_header(headers: Sequence[tuple[str, bytes]] | None) -> str | None:
+    for name, value in headers or ():
+        if name == TRACE_HEADER and value:
+            return value.decode("latin-1")
+    return None
 
 
 class KafkaSubscriber:
@@ -399,6 +414,7 @@ class KafkaSubscriber:
                 value=rec.value if rec.value is not None else b"",
                 partition=tp.partition,
                 offset=rec.offset,
+                traceparent=_trace_header(rec.headers),
             )
             for tp, recs in batches.items()
             for rec in recs

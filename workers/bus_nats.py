@@ -42,6 +42,7 @@ from nats.js.errors import APIError, NoStreamResponseError, NotFoundError
 
 from app.metrics import DEDUP_HITS, NATS_REDELIVERIES, RECONNECTS
 from workers.bus import (
+    TRACE_HEADER,
     BusOptions,
     BusStartError,
     BusUnavailable,
@@ -190,7 +191,8 @@ class NatsPublisher:
         return min(self._options.max_record_bytes, server_max - _HEADER_ROOM)
 
     async def publish_batch(
-        self, records: Sequence[tuple[str, bytes]], msg_ids: Sequence[str] | None = None
+        self, records: Sequence[tuple[str, bytes]], msg_ids: Sequence[str] | None = None,
+        traceparents: Sequence[str | None] | None = None,
     ) -> list[PublishError | None]:
         if self._nc is None or self._js is None:
             raise RuntimeError("NatsPublisher.start() was not called (or stop() was)")
@@ -212,8 +214,12 @@ class NatsPublisher:
                         results[i] = rejected
                         continue
                     msg_id = msg_ids[i] if msg_ids is not None else content_id(key, value)
+                    headers = {MSG_ID: msg_id}
+                    tp = traceparents[i] if traceparents is not None else None
+                    if tp:
+                        headers[TRACE_HEADER] = tp
                     futures[i] = await js.publish_async(
-                        subject(self._topic, key), value, headers={MSG_ID: msg_id})
+                        subject(self._topic, key), value, headers=headers)
         except _UNREACHABLE as exc:
             # Not sent at all from here on: fail the rest of the batch.
             for i in range(len(records)):
@@ -347,7 +353,8 @@ class NatsSubscriber:
             redelivered += meta.num_delivered > 1
             self._held[seq] = msg
             deliveries.append(Delivery(key=decode_key(msg.subject[len(self._topic) + 1:]),
-                                       value=msg.data, partition=0, offset=seq))
+                                       value=msg.data, partition=0, offset=seq,
+                                       traceparent=(msg.headers or {}).get(TRACE_HEADER)))
         if redelivered:
             NATS_REDELIVERIES.inc(redelivered)
         return deliveries

@@ -28,6 +28,7 @@ from redis.exceptions import RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from workers.bus import (
+    TRACE_HEADER,
     BusOptions,
     BusStartError,
     BusUnavailable,
@@ -40,6 +41,7 @@ log = logging.getLogger(__name__)
 
 _KEY = b"k"
 _VALUE = b"v"
+_TRACE = TRACE_HEADER.encode()
 # Connection-level trouble: the broker is (maybe briefly) unreachable.
 _UNREACHABLE = (RedisConnectionError, RedisTimeoutError, OSError, TimeoutError)
 
@@ -90,7 +92,8 @@ class RedisPublisher:
             await client.aclose()
 
     async def publish_batch(
-        self, records: Sequence[tuple[str, bytes]], msg_ids: Sequence[str] | None = None
+        self, records: Sequence[tuple[str, bytes]], msg_ids: Sequence[str] | None = None,
+        traceparents: Sequence[str | None] | None = None,
     ) -> list[PublishError | None]:
         # msg_ids: unused, duplicates are dropped by the consumers' seq check.
         if self._client is None:
@@ -103,9 +106,13 @@ class RedisPublisher:
             if rejected is not None:
                 results[i] = rejected
                 continue
+            fields = {_KEY: key.encode(), _VALUE: value}
+            tp = traceparents[i] if traceparents is not None else None
+            if tp:
+                fields[_TRACE] = tp.encode()
             pipe.xadd(
                 self._stream,
-                {_KEY: key.encode(), _VALUE: value},
+                fields,
                 maxlen=self._options.stream_maxlen,
                 approximate=True,
             )
@@ -278,4 +285,5 @@ def _delivery(entry_id: bytes, fields: dict[bytes, Any]) -> Delivery:
         value=fields.get(_VALUE, b""),
         partition=0,
         offset=entry_id.decode(),
+        traceparent=trace.decode() if (trace := fields.get(_TRACE)) else None,
     )

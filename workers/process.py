@@ -1,4 +1,4 @@
-"""What every worker process sets up: logging, Sentry, its own /metrics port,
+"""What every worker process sets up: logging, Sentry, tracing, its own /metrics port,
 and arq's Redis connection with retries (a Redis restart must not kill a worker)."""
 
 from __future__ import annotations
@@ -27,6 +27,9 @@ def setup_process(settings: Settings, process: str) -> None:
         init_sentry(settings, process)
     except ImportError:  # observability not installed in a trimmed deployment
         logging.basicConfig(level=settings.log_level)
+    from app import tracing
+
+    tracing.setup(process)  # only with OTEL_EXPORTER_OTLP_ENDPOINT set (ADR 042)
     if settings.metrics_port and settings.metrics_port not in _started_metrics:
         from prometheus_client import start_http_server
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
-from app import delivery, event_wire
+from app import delivery, event_wire, tracing
 from app.metrics import DEDUP_HITS, PUSH_WRITTEN
 from app.retry import Backoff, retry
 from app.settings import Settings
@@ -123,10 +123,11 @@ class Push:
     async def handle(self, deliveries: Sequence[Delivery]) -> bool:
         """Write a fetched batch; True once it is in Redis (then it may be committed)."""
         events = [e for e in (parse(d) for d in deliveries) if e is not None]
-        try:
-            await retry(lambda: self.write(events), self._backoff, (RedisError, OSError))
-        except (RedisError, OSError):
-            return False  # stopping: not committed, so the group re-delivers after a restart
+        with tracing.batch("mesh.push", [d.traceparent for d in deliveries]):
+            try:
+                await retry(lambda: self.write(events), self._backoff, (RedisError, OSError))
+            except (RedisError, OSError):
+                return False  # stopping: not committed, so the group re-delivers after a restart
         return True
 
     async def run(self) -> None:

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import asyncpg
 
-from app import db
+from app import db, tracing
 from app.metrics import DEAD_LETTERS, OUTBOX_DISPATCH, OUTBOX_PENDING, RELAY_BATCHES
 from app.redis_follow import follow
 from app.retry import Backoff, Schedule
@@ -140,10 +140,16 @@ class Relay:
         """Publish each row's bus value. A row that has none fails for good (it
         can never become publishable) instead of failing the batch; the rest flow on."""
         ok = [(r, v) for r, v in zip(rows, values, strict=True) if isinstance(v, bytes)]
-        # The outbox id travels as the record's message id (NATS: Nats-Msg-Id, so
-        # the broker itself drops a republished row).
-        published = iter(await self.publisher.publish_batch(
-            [(r["key"], v) for r, v in ok], msg_ids=[str(r["id"]) for r, _ in ok]) if ok else [])
+        if not ok:
+            return list(values)  # type: ignore[arg-type]  # every one a PublishError
+        traces = [r["traceparent"] for r, _ in ok]
+        # The batch's span and one in each message's trace (ADR 042).
+        with tracing.batch("mesh.relay", traces):
+            # The outbox id travels as the record's message id (NATS: Nats-Msg-Id,
+            # so the broker itself drops a republished row); the trace as a header.
+            published = iter(await self.publisher.publish_batch(
+                [(r["key"], v) for r, v in ok], msg_ids=[str(r["id"]) for r, _ in ok],
+                traceparents=traces))
         return [next(published) if isinstance(v, bytes) else v for v in values]
 
     async def drain(self) -> int:

@@ -33,7 +33,7 @@ from typing import Protocol, TypeVar
 import asyncpg
 import redis.asyncio as aioredis
 
-from app import db
+from app import db, tracing
 from app.retry import Backoff, retry
 from app.settings import Settings, load_settings
 from workers.bus import (
@@ -180,6 +180,7 @@ async def serve(build: Build[W], process: str, settings: Settings | None = None,
         if signals:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.remove_signal_handler(sig)
+        tracing.shutdown()  # the last spans leave before the process does
 
 
 async def _run(build: Build[W], process: str, settings: Settings, stop: asyncio.Event,

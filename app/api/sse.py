@@ -14,9 +14,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from app import tracing
 from app.api.deps import BIGINT_MAX, agent, doc, header_param, int_query, query_param, state
 from app.errors import Problem
-from app.event_wire import WireEvent
+from app.event_wire import WireEvent, traceparent_of
 from app.services.inbox_stream import InboxStream, StreamItem
 from app.sse_response import EventStreamResponse
 
@@ -50,6 +51,13 @@ def frame(item: StreamItem) -> bytes:
     return KEEP_ALIVE_FRAME
 
 
+def traced_frame(item: StreamItem) -> bytes:
+    """:func:`frame`, and the event's ``mesh.deliver`` span (tracing on only)."""
+    if isinstance(item, WireEvent):
+        tracing.delivered((traceparent_of(item.data),), "sse")
+    return frame(item)
+
+
 @doc("The inbox as Server-Sent Events (id = seq); resumes after Last-Event-ID, ?after=, "
      "or the acked cursor", media="text/event-stream", auth="agent", tag="inbox", params=[
          header_param("Last-Event-ID", "resume after this seq (an integer, 0 … 2^63-1); wins "
@@ -62,7 +70,8 @@ async def stream(request: Request) -> Response:
                                           _start_after(request), receipts=s.receipts,
                                           recheck=s.sse_recheck)
     lease = s.sse_slots.acquire(me.agent_id) if s.sse_slots is not None else None
-    response = EventStreamResponse(inbox_stream.items, frame, stop=inbox_stream.stop,
+    render = traced_frame if tracing.enabled else frame
+    response = EventStreamResponse(inbox_stream.items, render, stop=inbox_stream.stop,
                                    on_close=lease.release if lease is not None else None,
                                    headers={"Cache-Control": "no-cache"})
     return response

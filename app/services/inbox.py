@@ -13,9 +13,10 @@ from typing import Any
 
 import asyncpg
 
+from app import tracing
 from app.background import cancel
 from app.errors import not_found, unauthorized
-from app.event_wire import WireEvent, encode_page
+from app.event_wire import WireEvent, encode_page, traceparent_of
 from app.inbox_hub import LONG_POLL, InboxHub
 from app.metrics import E2E_LATENCY, LONGPOLL_WAITING
 from app.retry import Backoff
@@ -164,6 +165,8 @@ async def read(pool: asyncpg.Pool, hub: InboxHub, me: Agent, *, after: int | Non
         events = await _wait_for_events(pool, hub, me.agent_id, after, limit, wait, recheck,
                                         functools.partial(accounts.still_valid, pool, me))
     await record_delivery(receipts or pool, me.agent_id, events)
+    if tracing.enabled and events:
+        tracing.delivered((traceparent_of(e.data) for e in events), "long-poll")
     return encode_page(events, events[-1].seq if events else after)
 
 

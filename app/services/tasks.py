@@ -12,7 +12,7 @@ from typing import Any
 
 import asyncpg
 
-from app import ids
+from app import ids, tracing
 from app.domain import task_states
 from app.domain.permissions import can_communicate, is_participant, side_of
 from app.errors import bad_request, conflict, forbidden, not_found
@@ -97,7 +97,10 @@ async def create_task(pool: asyncpg.Pool, settings: Settings, me: Agent, body: T
                   content_hash=fingerprint, created_at=now)
     try:
         if creates is not None:
-            seq = await creates.create(new)
+            # The shared statement runs in the batcher's task: the time this
+            # request waits for it is its transaction.
+            with tracing.span("mesh.transaction", attributes={"mesh.batched": True}):
+                seq = await creates.create(new)
         else:
             (seq,) = await task_creates.write(pool, settings.bus_topic, wakeup, [new])
     except asyncpg.UniqueViolationError as exc:

@@ -19,6 +19,7 @@ from typing import Any
 
 import asyncpg
 
+from app import tracing
 from app.ids import new_event_id
 
 WAKEUP_CHANNEL = "mesh_outbox"
@@ -40,17 +41,19 @@ class NewEvent:
     context_id: str | None = None
     from_agent_id: str | None = None
     event_id: str = field(default_factory=new_event_id)
+    # The trace of the request that makes the event (None while tracing is off).
+    traceparent: str | None = field(default_factory=tracing.current_traceparent)
 
 
 def event_tail(source: str, *, topic: str) -> str:
     """The CTEs ``ins`` and ``out`` that every event write ends with: insert the
     inbox events ``source`` selects (columns agent_id, seq, event_id, type, task_id,
-    context_id, from_agent_id, payload, in that order) and one outbox row per event,
+    context_id, from_agent_id, payload, traceparent, in that order) and one outbox row per event,
     carrying the envelope the relay's claim joins back (ADR 014). ``topic`` is the
     SQL expression (a placeholder) of the bus topic."""
     return f"""ins AS (
     INSERT INTO inbox_events (agent_id, seq, event_id, type, task_id, context_id,
-                              from_agent_id, payload)
+                              from_agent_id, payload, traceparent)
     {source}
     RETURNING agent_id, seq, event_id, type, task_id, context_id, from_agent_id
 ), out AS (
@@ -84,11 +87,12 @@ def bump_many(recipients: str) -> str:
 _APPEND_SQL = f"""
 WITH req AS (
     SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[],
-                         $6::text[], $7::jsonb[])
-        AS r(agent_id, event_id, type, task_id, context_id, from_agent_id, payload)
+                         $6::text[], $7::jsonb[], $10::text[])
+        AS r(agent_id, event_id, type, task_id, context_id, from_agent_id, payload, traceparent)
 ), {bump_many("SELECT agent_id FROM req")}, {event_tail(
     "SELECT r.agent_id, b.inbox_seq, r.event_id, r.type, r.task_id, r.context_id, "
-    "r.from_agent_id, r.payload FROM req r JOIN bumped b USING (agent_id)", topic="$8")},
+    "r.from_agent_id, r.payload, r.traceparent FROM req r JOIN bumped b USING (agent_id)",
+    topic="$8")},
 receipt AS (
     -- The message this event carries learns its recipient's seq (for receipts)
     -- in the same statement.
@@ -124,6 +128,7 @@ async def append(conn: asyncpg.Connection, events: Sequence[NewEvent], *,
         recipients, [e.event_id for e in events], [e.type for e in events],
         [e.task_id for e in events], [e.context_id for e in events],
         [e.from_agent_id for e in events], [e.payload for e in events], topic, message_id,
+        [e.traceparent for e in events],
     )
     if len(rows) != len(events) and not skip_missing:
         raise RecipientMissing(sorted(set(recipients) - {r["agent_id"] for r in rows}))

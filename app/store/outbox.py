@@ -21,7 +21,7 @@ Conn = asyncpg.Connection | asyncpg.Pool
 CLAIM_SQL = """
 SELECT o.id, o.key, o.payload::text AS raw, o.attempts, o.payload ? 'event_id' AS is_event,
        e.seq, e.event_id, e.type, e.task_id, e.context_id, e.from_agent_id, e.created_at,
-       e.payload
+       e.payload, e.traceparent
 FROM outbox_events o
 LEFT JOIN inbox_events e ON e.event_id = o.payload->>'event_id'
 WHERE o.status = 'pending' AND o.next_attempt_at <= now() AND o.topic = $2

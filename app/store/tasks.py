@@ -68,9 +68,9 @@ _CREATE_SQL = f"""
 WITH req AS (
     SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[],
                          $6::text[], $7::jsonb[], $8::text[], $9::timestamptz[], $10::text[],
-                         $11::text[], $12::jsonb[]) WITH ORDINALITY
+                         $11::text[], $12::jsonb[], $15::text[]) WITH ORDINALITY
         AS r(task_id, context_id, initiator, serving_agent, message_id, parts, metadata,
-             content_hash, created_at, event_id, type, payload, ord)
+             content_hash, created_at, event_id, type, payload, traceparent, ord)
 ), allowed AS (
     -- A context with tasks is its participants' (ADR 030): a create naming it is
     -- written only for one of them; a context nobody has used yet is free.
@@ -95,8 +95,8 @@ numbered AS (
            content_hash, seq, created_at
     FROM numbered
 ), {events_store.event_tail(
-    "SELECT serving_agent, seq, event_id, type, task_id, context_id, initiator, payload "
-    "FROM numbered", topic="$14::text")}
+    "SELECT serving_agent, seq, event_id, type, task_id, context_id, initiator, payload, "
+    "traceparent FROM numbered", topic="$14::text")}
 SELECT event_id, seq FROM ins
 """
 
@@ -133,7 +133,7 @@ async def create_with_events(conn: asyncpg.Connection, tasks: Sequence[NewTask],
         [t.metadata for t in tasks],
         [t.content_hash for t in tasks], [t.created_at for t in tasks],
         [e.event_id for e in events], [e.type for e in events], [e.payload for e in events],
-        INITIAL, topic)
+        INITIAL, topic, [e.traceparent for e in events])
     seqs = {r["event_id"]: r["seq"] for r in rows}
     return [seqs.get(e.event_id) for e in events]
 
@@ -154,7 +154,7 @@ m AS (
     UPDATE tasks SET updated_at = now() WHERE task_id = $2::text AND EXISTS (SELECT 1 FROM m)
 ), {events_store.event_tail(
     "SELECT b.agent_id, b.inbox_seq, $11::text, $12::text, $2::text, $3::text, $4::text, "
-    "$13::jsonb FROM bumped b, m", topic="$14::text")}
+    "$13::jsonb, $15::text FROM bumped b, m", topic="$14::text")}
 SELECT seq FROM ins
 """
 
@@ -172,7 +172,7 @@ async def append_message_with_event(
     return await conn.fetchval(
         _APPEND_MESSAGE_SQL, message_id, event.task_id, event.context_id, event.from_agent_id,
         event.agent_id, role, parts, metadata, content_hash, created_at,
-        event.event_id, event.type, event.payload, topic)
+        event.event_id, event.type, event.payload, topic, event.traceparent)
 
 
 async def get_with_message(conn: Conn, task_id: str, sender: str,
