@@ -32,6 +32,8 @@ class Services:
             rows.append(("kafka", s.bus.how, s.bus.where))
         if s.nats_how is not None:
             rows.append(("nats", s.nats_how, self.urls.get("MESH_NATS_URL", "")))
+        if s.jaeger is not None:
+            rows.append(("jaeger", "embedded", f"{s.jaeger.ui_url} (traces UI)"))
         return rows
 
     def describe(self, data_dir: Path) -> str:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from devstack import bus
 from devstack.bus import NATS_URL_VAR, BusChoice, KafkaPolicy, NatsPolicy
+from devstack.jaeger import Jaeger
 from devstack.kafka import Kafka, java_available
 from devstack.nats import Nats, nats_available
 from devstack.postgres import Postgres
@@ -24,6 +25,9 @@ from devstack.process import ServiceProcess, free_port
 from devstack.redis import Redis
 
 log = logging.getLogger("devstack")
+
+# MESH_TRACING=jaeger: the stack also runs Jaeger and the processes trace to it.
+TRACING_VAR = "MESH_TRACING"
 
 
 @dataclass
@@ -33,16 +37,20 @@ class Ports:
     kafka: int
     kafka_controller: int
     nats: int
+    # Jaeger's UI / query API and its OTLP/HTTP receiver (MESH_TRACING=jaeger).
+    jaeger: int = 16686
+    jaeger_otlp: int = 4318
 
     @classmethod
     def fixed(cls) -> Ports:
         """Stable ports for ``make run`` so the URLs stay the same across restarts."""
         return cls(postgres=54329, redis=63799, kafka=19092, kafka_controller=19093,
-                   nats=14222)
+                   nats=14222, jaeger=16686, jaeger_otlp=4318)
 
     @classmethod
     def ephemeral(cls) -> Ports:
-        return cls(free_port(), free_port(), free_port(), free_port(), free_port())
+        return cls(free_port(), free_port(), free_port(), free_port(), free_port(),
+                   free_port(), free_port())
 
 
 @dataclass
@@ -61,12 +69,14 @@ class Stack:
     kafka: Kafka | None = None
     nats: Nats | None = None
     nats_how: str | None = None  # embedded | external, when the stack has NATS
+    jaeger: Jaeger | None = None  # with MESH_TRACING=jaeger
     bus: BusChoice | None = None
     urls: dict[str, str] = field(default_factory=dict)
 
     @property
     def services(self) -> list[ServiceProcess]:
-        return [s for s in (self.postgres, self.redis, self.kafka, self.nats) if s is not None]
+        return [s for s in (self.postgres, self.redis, self.kafka, self.nats, self.jaeger)
+                if s is not None]
 
     def plan(self) -> bus.BusPlan:
         return bus.plan_bus(self.kafka_policy, self.env, java_available())
@@ -112,6 +122,12 @@ class Stack:
             urls[NATS_URL_VAR] = nats_url
         self.bus = self._start_bus(plan)
         urls.update(self.bus.environment())
+        if self.env.get(TRACING_VAR) == "jaeger":
+            # Every Procfile process (and a meshd started with this environment)
+            # exports its spans here (ADR 042).
+            self.jaeger = Jaeger(self.root / "jaeger", self.ports.jaeger, self.ports.jaeger_otlp)
+            self.jaeger.start(timeout=900.0)  # the first start builds it
+            urls["OTEL_EXPORTER_OTLP_ENDPOINT"] = self.jaeger.otlp_endpoint
         self.urls = urls
         return dict(urls)
 

@@ -21,6 +21,7 @@ import logging
 import signal
 import time
 
+from meshd import tracing
 from meshd.backoff import Backoff
 from meshd.client import MeshClient
 from meshd.config import state_root
@@ -69,6 +70,7 @@ class Daemon:
     # -- main ----------------------------------------------------------------
     async def run(self) -> int:
         loop = asyncio.get_running_loop()
+        tracing.setup()  # only with OTEL_EXPORTER_OTLP_ENDPOINT set
         if self.opt.install_signal_handlers:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, self.request_stop)
@@ -87,6 +89,7 @@ class Daemon:
                     loop.remove_signal_handler(sig)
             if self.state is not None:
                 self.state.unlock()
+            tracing.shutdown()
 
     async def _start(self) -> None:
         backoff = Backoff(self.opt.reconnect_initial, self.opt.reconnect_max)
@@ -302,30 +305,33 @@ class Daemon:
             raise Stopped
         self._idle.clear()
         try:
-            try:
-                reply = await run_with_retries(
-                    self.handler, event, self.client, self.agent_id, self.opt, self._stop
-                )
-            except HandlerError as e:
-                self.stats.gave_up += 1
-                log.error(
-                    "handler failed %d times on seq %d (%s); giving up on it",
-                    self.opt.attempts,
-                    event.seq,
-                    event.type,
-                )
-                if event.task_id:
-                    state.pending.append(fail_action(event.task_id, e))
-            else:
-                if reply is not None and self.opt.reply and event.task_id:
-                    if event.type in REPLY_TYPES:
-                        state.pending.append(reply_action(self.agent_id, event, reply))
-                    else:
-                        log.info("handler output for %s event ignored (no reply)", event.type)
-            state.record(event.seq, event.event_id)
-            state.save()
-            self.stats.handled += 1
-            await self._outbox.flush()
-            self._ack(event.seq)
+            # The reply is sent inside the span, so it joins the message's trace.
+            with tracing.handle(event.traceparent, {"mesh.seq": event.seq,
+                                                    "mesh.event_type": event.type}):
+                try:
+                    reply = await run_with_retries(
+                        self.handler, event, self.client, self.agent_id, self.opt, self._stop
+                    )
+                except HandlerError as e:
+                    self.stats.gave_up += 1
+                    log.error(
+                        "handler failed %d times on seq %d (%s); giving up on it",
+                        self.opt.attempts,
+                        event.seq,
+                        event.type,
+                    )
+                    if event.task_id:
+                        state.pending.append(fail_action(event.task_id, e))
+                else:
+                    if reply is not None and self.opt.reply and event.task_id:
+                        if event.type in REPLY_TYPES:
+                            state.pending.append(reply_action(self.agent_id, event, reply))
+                        else:
+                            log.info("handler output for %s event ignored (no reply)", event.type)
+                state.record(event.seq, event.event_id)
+                state.save()
+                self.stats.handled += 1
+                await self._outbox.flush()
+                self._ack(event.seq)
         finally:
             self._idle.set()

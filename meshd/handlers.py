@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from meshd import tracing
 from meshd.models import InboxEvent, Part
 
 if TYPE_CHECKING:
@@ -68,6 +69,10 @@ def event_env(event: InboxEvent, agent_id: str) -> dict[str, str]:
     ):
         if value:
             env[key] = value
+    # The handler's own requests may join the message's trace.
+    traceparent = tracing.current_headers().get(tracing.TRACEPARENT) or event.traceparent
+    if traceparent:
+        env["TRACEPARENT"] = traceparent
     return env
 
 

@@ -127,6 +127,8 @@ class InboxEvent(WireModel):
     task_id: str | None = None
     context_id: str | None = None
     from_agent_id: str | None = None
+    # The message's trace (W3C), when the gateway traces.
+    traceparent: str | None = None
 
     @property
     def message(self) -> Message | None:

@@ -19,6 +19,7 @@ from typing import Any
 
 import httpx
 
+from meshd import tracing
 from meshd.auth import TokenSource
 from meshd.backoff import Backoff, parse_retry_after
 from meshd.errors import AuthError, MeshConnectionError, MeshError, MeshHTTPError, error_class
@@ -162,6 +163,7 @@ class GatewayTransport:
                     path,
                     json=json,
                     params=params,
+                    headers=tracing.current_headers() or None,
                     auth=self._bearer if auth else None,
                     timeout=httpx.USE_CLIENT_DEFAULT if request_timeout is None else request_timeout,
                 )

@@ -17,7 +17,7 @@ from cron.worker import WorkerSettings
 REPO = Path(__file__).resolve().parents[1]
 DOC = (REPO / "docs" / "operations.md").read_text()
 # Read by devstack (make run), not by the mesh's own settings.
-DEVSTACK_VARS = {"MESH_STOP_TIMEOUT"}
+DEVSTACK_VARS = {"MESH_STOP_TIMEOUT", "MESH_TRACING"}
 
 
 def exposed_names() -> set[str]:

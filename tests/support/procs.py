@@ -15,6 +15,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -66,10 +67,13 @@ def settings_env(settings: Settings, **extra: Any) -> dict[str, str]:
 
 
 class MeshProcess:
-    def __init__(self, kind: str, settings: Settings, **extra: Any) -> None:
+    def __init__(self, kind: str, settings: Settings, *,
+                 os_env: Mapping[str, str] | None = None, **extra: Any) -> None:
+        """``extra``: settings (MESH_*); ``os_env``: other environment variables."""
         self.kind = kind
         self.settings = settings
         self.extra = extra
+        self.os_env = dict(os_env or {})
         self.port: int | None = None
         self.proc: subprocess.Popen[bytes] | None = None
         self.log = Path(tempfile.mkstemp(prefix=f"mesh-{kind}-", suffix=".log", dir=LOG_DIR)[1])
@@ -89,7 +93,8 @@ class MeshProcess:
     async def start(self, timeout: float = 60.0) -> MeshProcess:
         cmd = self.command()
         with open(self.log, "ab") as log:
-            self.proc = subprocess.Popen(cmd, cwd=REPO, env=settings_env(self.settings, **self.extra),
+            env = settings_env(self.settings, **self.extra) | self.os_env
+            self.proc = subprocess.Popen(cmd, cwd=REPO, env=env,
                                          stdout=log, stderr=subprocess.STDOUT,
                                          stdin=subprocess.DEVNULL, start_new_session=True)
         deadline = time.monotonic() + timeout

@@ -1,0 +1,147 @@
+"""One trace per message, in a real Jaeger: a task sent with a known traceparent
+goes web → relay → bus → push → SSE → `mesh daemon` → its reply, and Jaeger's
+query API shows one trace with each process's spans. With tracing off no
+exporter exists and events keep their bytes."""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import shutil
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from app import tracing
+from app.event_wire import encode_event
+from app.settings import Settings
+from devstack.jaeger import Jaeger, binary_path
+from devstack.process import free_port
+from tests.api_helpers import ok, text_message
+from tests.meshd.support import Proc, mesh_cmd, mesh_env
+from tests.support.isolated import isolated_settings
+from tests.support.meshapi import MeshFactory
+from tests.support.procs import MeshProcess
+
+pytestmark = pytest.mark.skipif(
+    shutil.which("go") is None and not binary_path().exists(),
+    reason="Jaeger is built with the Go toolchain (.ci/run provides it)")
+
+HANDLER = """\
+import json, os, sys
+event = json.load(sys.stdin)
+with open(os.environ["TEST_OUT"], "a") as out:
+    out.write(os.environ.get("TRACEPARENT", "-") + "\\n")
+print("re: traced")
+"""
+
+
+@pytest.fixture(scope="module")
+async def jaeger(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Jaeger]:
+    root = tmp_path_factory.mktemp("jaeger")
+    service = Jaeger(root / "data", free_port())
+    # The first run builds the program (minutes): outside the event loop.
+    await asyncio.to_thread(service.start, 600.0)
+    try:
+        yield service
+    finally:
+        service.stop()
+
+
+def _otel(jaeger: Jaeger) -> dict[str, str]:
+    # A short export delay: the spans reach Jaeger within a fraction of a second.
+    return {"OTEL_EXPORTER_OTLP_ENDPOINT": jaeger.otlp_endpoint,
+            "OTEL_BSP_SCHEDULE_DELAY": "100", "OTEL_TRACES_SAMPLER": "parentbased_always_on"}
+
+
+async def _spans(jaeger: Jaeger, trace_id: str, want: set[tuple[str, str]],
+                 timeout: float = 60.0) -> list[dict]:
+    """Poll Jaeger's query API until the trace holds every (service, span) in ``want``."""
+    async with asyncio.timeout(timeout):
+        while True:
+            spans = await asyncio.to_thread(jaeger.trace, trace_id)
+            have = {(s["service"], s["operationName"]) for s in spans}
+            if want <= have:
+                return spans
+            await asyncio.sleep(0.2)
+
+
+async def test_a_message_and_its_reply_are_one_trace_across_the_processes(
+        migrated: Settings, jaeger: Jaeger, tmp_path: Path) -> None:
+    iso = await isolated_settings(migrated)
+    env = _otel(jaeger)
+    procs = [MeshProcess("web", iso, os_env=env), MeshProcess("outbox", iso, os_env=env),
+             MeshProcess("push", iso, os_env=env)]
+    for proc in procs:
+        await proc.start()
+    web = procs[0]
+    handler = tmp_path / "handler.py"
+    handler.write_text(HANDLER)
+    seen = tmp_path / "traceparents"
+    daemon: Proc | None = None
+    try:
+        async with MeshFactory.connect(web.url) as mesh:
+            a, b = await mesh.pair()
+            daemon_env = mesh_env(web.url, b.api_key, tmp_path, TEST_OUT=str(seen), **env)
+            daemon = await Proc(mesh_cmd("daemon", "--state-dir", str(tmp_path / "state"),
+                                         "--exec", f"{sys.executable} {handler}"),
+                                daemon_env, name="daemon").start()
+            trace_id = secrets.token_hex(16)
+            parent = f"00-{trace_id}-{secrets.token_hex(8)}-01"
+            sent = ok(await a.http.post("/v1/mesh/tasks", json={
+                "to_agent_id": b.agent_id, "message": text_message("trace me")},
+                headers={**a.headers, "traceparent": parent}), 201)
+            task_id = sent["task_id"]
+            async with asyncio.timeout(60):
+                while len(ok(await a.get(f"/v1/mesh/tasks/{task_id}"))["messages"]) < 2:  # noqa: ASYNC110
+                    await asyncio.sleep(0.1)  # the reply, seen from outside: nothing to await
+
+        # The handler ran inside the message's trace.
+        handed = seen.read_text().split()
+        assert len(handed) == 1 and handed[0].split("-")[1] == trace_id
+
+        want = {("agent-mesh-web", "mesh.send"), ("agent-mesh-web", "mesh.transaction"),
+                ("agent-mesh-outbox", "mesh.relay"), ("agent-mesh-push", "mesh.push"),
+                ("agent-mesh-web", "mesh.deliver"), ("meshd", "mesh.handle")}
+        spans = await _spans(jaeger, trace_id, want)
+        # The reply is a second send in the same trace, a descendant of mesh.handle.
+        sends = [s for s in spans if s["operationName"] == "mesh.send"]
+        assert len(sends) >= 2, [(s["service"], s["operationName"]) for s in spans]
+        by_id = {s["spanID"]: s for s in spans}
+
+        def ancestors(span: dict) -> list[str]:
+            names = []
+            while span["references"]:
+                ref = next((r for r in span["references"] if r["refType"] == "CHILD_OF"), None)
+                if ref is None or ref["spanID"] not in by_id:
+                    break
+                span = by_id[ref["spanID"]]
+                names.append(span["operationName"])
+            return names
+
+        assert any("mesh.handle" in ancestors(s) for s in sends), "the reply joins the trace"
+        assert all(s["traceID"] == trace_id for s in spans)
+    finally:
+        if daemon is not None:
+            daemon.signal(15)
+            await daemon.wait(timeout=20)
+        for proc in procs:
+            proc.stop_quietly()
+
+
+def test_tracing_off_creates_no_exporter_and_keeps_the_event_bytes(
+        migrated: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+    from datetime import UTC, datetime
+
+    from app.main import create_app
+
+    monkeypatch.delenv("OTEL_EXPORTER_OTLP_ENDPOINT", raising=False)
+    create_app(migrated)
+    assert tracing.enabled is False and tracing.exporters_created == 0
+    assert tracing.current_traceparent() is None
+    row = {"seq": 1, "event_id": "e-1", "type": "task.created", "task_id": None,
+           "context_id": None, "from_agent_id": None, "payload": {},
+           "created_at": datetime(2026, 1, 1, tzinfo=UTC), "traceparent": None}
+    assert b"traceparent" not in encode_event(row)
