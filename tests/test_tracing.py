@@ -33,7 +33,7 @@ HANDLER = """\
 import json, os, sys
 event = json.load(sys.stdin)
 with open(os.environ["TEST_OUT"], "a") as out:
-    out.write(os.environ.get("TRACEPARENT", "-") + "\\n")
+    out.write(event["type"] + " " + os.environ.get("TRACEPARENT", "-") + "\\n")
 print("re: traced")
 """
 
@@ -99,8 +99,9 @@ async def test_a_message_and_its_reply_are_one_trace_across_the_processes(
                     await asyncio.sleep(0.1)  # the reply, seen from outside: nothing to await
 
         # The handler ran inside the message's trace.
-        handed = seen.read_text().split()
-        assert len(handed) == 1 and handed[0].split("-")[1] == trace_id
+        handed = [line.split() for line in seen.read_text().splitlines()]
+        [task_event] = [tp for kind, tp in handed if kind == "task.created"]
+        assert task_event.split("-")[1] == trace_id
 
         want = {("agent-mesh-web", "mesh.send"), ("agent-mesh-web", "mesh.transaction"),
                 ("agent-mesh-outbox", "mesh.relay"), ("agent-mesh-push", "mesh.push"),
