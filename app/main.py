@@ -18,7 +18,7 @@ from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, R
 from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp
 
-from app import db, health, metrics_access, openapi
+from app import db, health, openapi
 from app.a2a import routes as a2a_routes
 from app.api import admin, auth, inbox, index, mesh, owners, sse, tasks, teams, timeline, webhooks
 from app.api.deps import State, state
@@ -67,6 +67,8 @@ async def readyz(request: Request) -> Response:
 
 async def metrics(request: Request) -> Response:
     from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+    from app import metrics_access
 
     metrics_access.check(request, state(request).settings.metrics_token)
 
