@@ -68,6 +68,10 @@ async def readyz(request: Request) -> Response:
 async def metrics(request: Request) -> Response:
     from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+    from app import metrics_access
+
+    metrics_access.check(request, state(request).settings.metrics_token)
+
     return PlainTextResponse(generate_latest(), media_type=CONTENT_TYPE_LATEST)
 
 

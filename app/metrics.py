@@ -13,9 +13,16 @@ OUTBOX_DISPATCH = Counter(
     "Outbox rows handled by the relay, by result (sent, retry, failed).",
     ["result"],
 )
+CONSUMER_LAG_MAX = Gauge(
+    "agent_mesh_consumer_lag_max",
+    "Inbox events not acked yet by the agent furthest behind (inbox_seq - acked_seq), set by cron.",
+)
+# Per agent only with MESH_METRICS_AGENT_LABELS=true: agent ids name their owners,
+# and whoever reads /metrics would read the mesh's directory (ADR 033).
 CONSUMER_LAG = Gauge(
     "agent_mesh_consumer_lag",
-    "Inbox events an agent has not acked yet (inbox_seq - acked_seq).",
+    "Inbox events an agent has not acked yet (inbox_seq - acked_seq); "
+    "exported only with MESH_METRICS_AGENT_LABELS=true.",
     ["agent_id"],
 )
 E2E_LATENCY = Histogram(

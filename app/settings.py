@@ -98,6 +98,12 @@ class Settings(BaseSettings):
     sentry_dsn: str | None = None
     sentry_environment: str = "development"
     metrics_port: int | None = None
+    # When set, web's GET /metrics answers only "Authorization: Bearer <token>"
+    # (401 otherwise); unset, it is open, for a listener only the scraper reaches.
+    metrics_token: str | None = None
+    # Per-agent metric labels (agent_mesh_consumer_lag{agent_id}): agent ids name
+    # their owners, so they are off unless the scraper's readers may see them.
+    metrics_agent_labels: bool = False
     log_level: str = "INFO"
     # The owner console's server-side session (app/console/session.py), idle lifetime.
     console_session_ttl_seconds: int = 8 * 3600

@@ -17,8 +17,9 @@ nothing left, and neither acts twice:
   are deleted in bounded batches until a batch comes back short.
 * :func:`alert_dead_letters` — new dead letters since the last alert: one warning
   log line and one Sentry message (counts only), whichever process notices first.
-* :func:`update_gauges` — ``agent_mesh_consumer_lag{agent_id}`` for the agents
-  furthest behind, ``agent_mesh_outbox_pending_total``, the dead-letter gauge.
+* :func:`update_gauges` — ``agent_mesh_consumer_lag_max`` (and, opted in with
+  ``MESH_METRICS_AGENT_LABELS``, ``agent_mesh_consumer_lag{agent_id}`` for the
+  agents furthest behind), ``agent_mesh_outbox_pending_total``, the dead-letter gauge.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ import sentry_sdk
 from app.domain.task_states import OPEN
 from app.metrics import (
     CONSUMER_LAG,
+    CONSUMER_LAG_MAX,
     DEAD_LETTERS,
     OUTBOX_OLDEST_AGE,
     OUTBOX_PENDING,
@@ -202,20 +204,25 @@ async def alert_dead_letters(pool: asyncpg.Pool, redis: aioredis.Redis,
 _lag_labels: set[str] = set()
 
 
-async def update_gauges(pool: asyncpg.Pool, *, top_n: int = LAG_TOP_N) -> dict[str, Any]:
-    """Consumer lag of the ``top_n`` agents furthest behind, and the outbox gauges."""
-    rows = await agents_store.lagging(pool, top_n)
+async def update_gauges(pool: asyncpg.Pool, *, top_n: int = LAG_TOP_N,
+                        per_agent: bool = False) -> dict[str, Any]:
+    """The largest consumer lag and the outbox gauges; with ``per_agent``
+    (``MESH_METRICS_AGENT_LABELS``) also the lag of the ``top_n`` agents furthest
+    behind, one ``agent_id`` label each."""
+    rows = await agents_store.lagging(pool, top_n if per_agent else 1)
     pending, failed = await outbox_store.open_counts(pool)
     current = {r["agent_id"]: int(r["lag"]) for r in rows}
-    for agent_id in _lag_labels - current.keys():
+    CONSUMER_LAG_MAX.set(max(current.values(), default=0))
+    labelled = current if per_agent else {}
+    for agent_id in _lag_labels - labelled.keys():
         try:
             CONSUMER_LAG.remove(agent_id)
         except KeyError:
             pass
-    for agent_id, lag in current.items():
+    for agent_id, lag in labelled.items():
         CONSUMER_LAG.labels(agent_id=agent_id).set(lag)
     _lag_labels.clear()
-    _lag_labels.update(current)
+    _lag_labels.update(labelled)
     OUTBOX_PENDING.set(pending)
     DEAD_LETTERS.set(failed)
     oldest = await outbox_store.oldest_pending_at(pool) if pending else None

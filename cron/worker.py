@@ -66,7 +66,8 @@ async def dead_letter_alert(ctx: dict[str, Any]) -> dict[str, int]:
 
 
 async def gauges(ctx: dict[str, Any]) -> dict[str, Any]:
-    return await jobs.update_gauges(ctx["pool"])
+    return await jobs.update_gauges(ctx["pool"],
+                                    per_agent=ctx["settings"].metrics_agent_labels)
 
 
 async def broadcast_timeout(ctx: dict[str, Any]) -> int:

@@ -303,20 +303,28 @@ async def test_consumer_lag_and_outbox_gauges(
     expected_a = me_a["inbox_seq"] - me_a["acked_seq"]
     assert expected_b > expected_a > 0  # friend.accepted for a; request + 3 for b
 
+    # By default only the largest lag, no agent ids.
     result = await jobs.update_gauges(pool)
+    assert result["max_lag"] == expected_b
+    assert REGISTRY.get_sample_value("agent_mesh_consumer_lag_max") == expected_b
+    assert lag(b.agent_id) is None and lag(a.agent_id) is None
+
+    # Opted in (MESH_METRICS_AGENT_LABELS): one label per agent.
+    result = await jobs.update_gauges(pool, per_agent=True)
     assert result["lagging"] == 2 and result["max_lag"] == expected_b
     assert lag(b.agent_id) == expected_b and lag(a.agent_id) == expected_a
     pending = (await outbox_counts(pool))["pending"]
     assert REGISTRY.get_sample_value("agent_mesh_outbox_pending_total") == pending > 0
 
     # Top N only: the agent furthest behind keeps its label, the other's is cleared.
-    await jobs.update_gauges(pool, top_n=1)
+    await jobs.update_gauges(pool, top_n=1, per_agent=True)
     assert lag(b.agent_id) == expected_b and lag(a.agent_id) is None
 
     # An agent that acks everything drops out of the gauge.
     assert (await b.post("/v1/mesh/inbox/ack", {"seq": me_b["inbox_seq"]})).status_code == 200
-    await jobs.update_gauges(pool)
+    await jobs.update_gauges(pool, per_agent=True)
     assert lag(b.agent_id) is None and lag(a.agent_id) == expected_a
+    assert REGISTRY.get_sample_value("agent_mesh_consumer_lag_max") == expected_a
 
 
 # --- two real cron processes ---------------------------------------------------------

@@ -3,11 +3,10 @@ human in the loop (start, answer, cancel as ``human@{me}``)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from starlette.responses import Response
 
 from app.console.owned import human, my_agents, search_across, task_of_mine, tasks_across
+from app.console.peer_fields import run_facts, run_totals
 from app.console.web import ActionError, Ctx, action, back, page, validated
 from app.domain.task_states import STATES
 from app.errors import Problem
@@ -72,15 +71,6 @@ async def start_task(ctx: Ctx) -> Response:
     return back(f"/console/tasks/{created.task_id}")
 
 
-def _cost(messages: list[Any]) -> dict[str, Any]:
-    """The runtime's run facts (meshd's ``metadata.mesh_run``) summed over the task."""
-    runs = [m.metadata["mesh_run"] for m in messages
-            if isinstance(m.metadata, dict) and isinstance(m.metadata.get("mesh_run"), dict)]
-    cost = sum(float(r.get("cost_usd") or 0) for r in runs)
-    return {"runs": runs, "cost_usd": round(cost, 6),
-            "turns": sum(int(r.get("turns") or 0) for r in runs)}
-
-
 async def task_page(ctx: Ctx, *, error: ActionError | None = None, status: int = 200) -> Response:
     detail, viewer = await task_of_mine(ctx, ctx.path("task_id"))
     try:
@@ -90,9 +80,11 @@ async def task_page(ctx: Ctx, *, error: ActionError | None = None, status: int =
     me = await human(ctx)
     # Read only after task_of_mine found the task ours: the history is never a way round the scope.
     history = await tasks_store.state_history(ctx.state.pool, detail.task_id)
+    # A peer's runtime wrote these: only plausible figures are shown or summed.
+    runs = [run_facts(m.metadata) for m in detail.messages]
     return ctx.render("task.html", status=status, error=error, nav="tasks", task=detail,
                       history=history,
-                      viewer=viewer.agent_id, cost=_cost(detail.messages), context=context,
+                      viewer=viewer.agent_id, runs=runs, cost=run_totals(runs), context=context,
                       as_human=me.agent_id in (detail.initiator, detail.serving_agent),
                       terminal=detail.state in ("completed", "failed", "canceled", "rejected"))
 

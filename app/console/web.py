@@ -25,6 +25,7 @@ from starlette.templating import Jinja2Templates
 from app.api.deps import State, check_path_params, check_storable, state
 from app.console import csrf
 from app.console import session as sessions
+from app.console.peer_fields import link_uri
 from app.errors import Problem, validation_problem
 from app.services import accounts
 from app.services.principals import Owner
@@ -50,11 +51,18 @@ def _when(value: Any) -> str:
 
 
 def _pretty(value: Any) -> str:
-    return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True, default=str)
+    # Peers choose these values: nesting deep enough to exhaust the recursion
+    # limit, or an integer longer than Python will print, is a note, not a 500.
+    try:
+        return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True, default=str)
+    except (RecursionError, ValueError, TypeError) as exc:
+        return f"(not shown: {type(exc).__name__})"
 
 
 templates.env.filters["when"] = _when
 templates.env.filters["pretty"] = _pretty
+# A peer's file URI is a link only when it is http(s) (app.console.peer_fields).
+templates.env.filters["link_uri"] = link_uri
 
 # Scripts only from our own origin, no inline script, no framing: should an
 # escaping mistake ever let markup through, it still cannot run.

@@ -181,21 +181,29 @@ resource "random_password" "jwt" {
   special = false
 }
 
+# web's GET /metrics answers only "Authorization: Bearer <this>" (the load
+# balancer does not forward /metrics at all; this guards the VPC side).
+resource "random_password" "metrics" {
+  length  = 48
+  special = false
+}
+
 locals {
   # Whether a DSN was given is not a secret; the DSN is.
   sentry_enabled = nonsensitive(var.sentry_dsn != "")
 
   secret_values = merge(
     {
-      MESH_DATABASE_URL = "postgresql://mesh:${random_password.db.result}@${aws_db_instance.main.address}:${aws_db_instance.main.port}/mesh?sslmode=require"
-      MESH_REDIS_URL    = "rediss://:${random_password.redis.result}@${aws_elasticache_replication_group.main.primary_endpoint_address}:6379/0"
-      MESH_JWT_SECRET   = random_password.jwt.result
+      MESH_DATABASE_URL  = "postgresql://mesh:${random_password.db.result}@${aws_db_instance.main.address}:${aws_db_instance.main.port}/mesh?sslmode=require"
+      MESH_REDIS_URL     = "rediss://:${random_password.redis.result}@${aws_elasticache_replication_group.main.primary_endpoint_address}:6379/0"
+      MESH_JWT_SECRET    = random_password.jwt.result
+      MESH_METRICS_TOKEN = random_password.metrics.result
     },
     local.sentry_enabled ? { MESH_SENTRY_DSN = var.sentry_dsn } : {},
   )
   # Names only, known at plan time (the values are not, and may be sensitive).
   secret_names = concat(
-    ["MESH_DATABASE_URL", "MESH_REDIS_URL", "MESH_JWT_SECRET"],
+    ["MESH_DATABASE_URL", "MESH_REDIS_URL", "MESH_JWT_SECRET", "MESH_METRICS_TOKEN"],
     local.sentry_enabled ? ["MESH_SENTRY_DSN"] : [],
   )
 }

@@ -30,14 +30,19 @@ resource "aws_cloudwatch_log_group" "app" {
 locals {
   image = var.image != "" ? var.image : "${aws_ecr_repository.app.repository_url}:${var.image_tag}"
 
+  # Whose X-Forwarded-For web believes: the load balancer's subnets only. A peer
+  # anywhere else (another task in the VPC, anything that reaches port 8080)
+  # is its own client address, so no header can dodge the per-address throttles.
+  forwarded_allow_ips = join(",", length(var.forwarded_allow_ips) > 0 ? var.forwarded_allow_ips : aws_subnet.public[*].cidr_block)
+
   # The Procfile's commands. web listens on every interface of its task, trusts
-  # the load balancer's X-Forwarded-* headers, and gives open SSE streams 30 s
+  # X-Forwarded-* from the load balancer only, and gives open SSE streams 30 s
   # to end on SIGTERM (clients resume from Last-Event-ID on another task).
   commands = {
     release = ["python", "-m", "app.migrate"]
     web = [
       "uvicorn", "app.main:create_app", "--factory", "--host", "0.0.0.0", "--port", "8080",
-      "--no-access-log", "--proxy-headers", "--forwarded-allow-ips", "*",
+      "--no-access-log", "--proxy-headers", "--forwarded-allow-ips", local.forwarded_allow_ips,
       "--timeout-graceful-shutdown", "30",
     ]
     outbox = ["python", "-m", "workers.relay"]
@@ -58,7 +63,8 @@ locals {
     var.extra_environment,
   )
   # Workers serve their Prometheus metrics on a port of their own, on every
-  # interface of the task (MESH_HOST); web serves /metrics on its HTTP port.
+  # interface of the task (MESH_HOST); web serves /metrics on its HTTP port,
+  # to "Authorization: Bearer <MESH_METRICS_TOKEN>" only (the ALB never forwards it).
   # A scraper in the VPC needs an ingress rule on 9100 to the app security group.
   worker_environment = { MESH_METRICS_PORT = "9100", MESH_HOST = "0.0.0.0" }
 
@@ -293,6 +299,30 @@ resource "aws_lb_listener" "http" {
         protocol    = "HTTPS"
         status_code = "HTTP_301"
       }
+    }
+  }
+}
+
+# /metrics and /readyz are for the operator's scraper and probes inside the VPC,
+# never for the internet: the listener that serves traffic answers them 404
+# itself, before any request reaches a task (web's /metrics also wants
+# MESH_METRICS_TOKEN). The health check (/healthz) goes to the tasks directly.
+resource "aws_lb_listener_rule" "internal_only" {
+  listener_arn = var.certificate_arn == "" ? aws_lb_listener.http.arn : aws_lb_listener.https[0].arn
+  priority     = 1
+
+  action {
+    type = "fixed-response"
+    fixed_response {
+      content_type = "application/json"
+      message_body = jsonencode({ type = "about:blank", title = "Not Found", status = 404, detail = "not served on the public load balancer" })
+      status_code  = "404"
+    }
+  }
+
+  condition {
+    path_pattern {
+      values = ["/metrics", "/metrics/*", "/readyz", "/readyz/*"]
     }
   }
 }

@@ -105,6 +105,17 @@ variable "alb_idle_timeout" {
   }
 }
 
+variable "forwarded_allow_ips" {
+  description = "CIDRs whose X-Forwarded-For web trusts (uvicorn --forwarded-allow-ips). Empty: the public subnets, where the load balancer lives. Never \"*\": any client could pick its own address."
+  type        = list(string)
+  default     = []
+
+  validation {
+    condition     = alltrue([for c in var.forwarded_allow_ips : can(cidrhost(c, 0))])
+    error_message = "forwarded_allow_ips must be CIDRs such as 10.40.0.0/20 (not \"*\")."
+  }
+}
+
 # --- managed services -------------------------------------------------------------
 
 variable "postgres_version" {

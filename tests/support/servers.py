@@ -14,10 +14,15 @@ from devstack.process import free_port
 
 
 @contextlib.asynccontextmanager
-async def serve_app(settings: Settings) -> AsyncIterator[str]:
+async def serve_app(settings: Settings, *, forwarded_allow_ips: str | None = None
+                    ) -> AsyncIterator[str]:
+    """``forwarded_allow_ips``: whose X-Forwarded-For uvicorn believes (its
+    ``--forwarded-allow-ips``); ``None`` is uvicorn's default, 127.0.0.1 — the
+    test client, as if behind a local proxy."""
     port = free_port()
     config = uvicorn.Config(create_app(settings), host="127.0.0.1", port=port,
-                            log_level="warning", lifespan="on", access_log=False)
+                            log_level="warning", lifespan="on", access_log=False,
+                            proxy_headers=True, forwarded_allow_ips=forwarded_allow_ips)
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve())
     while not server.started:
