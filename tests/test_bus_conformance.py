@@ -160,6 +160,21 @@ async def test_everything_published_is_consumed_once_in_key_order(bus: Bus) -> N
     assert await pub.publish_batch([]) == []
 
 
+async def test_a_records_traceparent_travels_as_its_header(bus: Bus) -> None:
+    """What the relay sets per record comes back on the delivery; a record
+    published without one has none."""
+    keys = [f"agent{i}@{bus.uniq}" for i in range(4)]
+    recs = records(keys, per_key=10)
+    traces = [None if i % 3 == 0 else f"00-{i:032x}-{i + 1:016x}-01" for i in range(len(recs))]
+    pub = await bus.publisher()
+    sub = await bus.subscriber("c1")
+    assert await pub.publish_batch(recs, traceparents=traces) == [None] * len(recs)
+    got = await consume(sub, len(recs))
+    sent = {ident(r): tp for r, tp in zip(recs, traces, strict=True)}
+    assert {ident(d): d.traceparent for d in got} == sent
+    assert sum(tp is not None for tp in sent.values()) == 26
+
+
 async def test_uncommitted_deliveries_go_to_the_next_member_committed_ones_do_not(
     bus: Bus,
 ) -> None:
