@@ -213,3 +213,32 @@ class BroadcastCreate(Strict):
 class WebhookPut(Strict):
     # Longer URLs and other forms are refused by app.webhook_target with a reason.
     url: Annotated[str, StringConstraints(min_length=1, max_length=4096)]
+
+
+# --- runs ---------------------------------------------------------------------
+
+# running: reported as it starts; ok: it ended normally; limit: a hard limit
+# stopped it (limit_hit says which); failed: it could not finish (error says why).
+RunOutcome = Literal["running", "ok", "limit", "failed"]
+RUN_TEXT_MAX = 2000
+
+
+class RunReport(Strict):
+    run_id: Id
+    event_id: Id | None = None
+    task_id: Id | None = None
+    context_id: Id | None = None
+    outcome: RunOutcome
+    turns: Annotated[int, Field(ge=0, le=1_000_000)] = 0
+    cost_usd: Annotated[float, Field(ge=0, le=1_000_000, allow_inf_nan=False)] = 0.0
+    duration_ms: Annotated[int, Field(ge=0, le=10 ** 12)] | None = None
+    model: Annotated[str, StringConstraints(max_length=200)] | None = None
+    limit_hit: Annotated[str, StringConstraints(max_length=200)] | None = None
+    # Longer error texts are cut to RUN_TEXT_MAX characters, not refused: a
+    # run's report must not be lost to a long stack trace.
+    error: str | None = None
+
+    @field_validator("error")
+    @classmethod
+    def _cut(cls, value: str | None) -> str | None:
+        return value[:RUN_TEXT_MAX] if value is not None else None

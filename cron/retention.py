@@ -1,4 +1,4 @@
-"""Retention: old terminal tasks and old acked inbox events are
+"""Retention: old terminal tasks, old acked inbox events and old agent runs are
 deleted in bounded batches, optionally archived first. Off unless
 ``retention_days`` > 0 (keep forever is the default).
 
@@ -119,16 +119,29 @@ async def _events_batch(pool: asyncpg.Pool, settings: Settings, cutoff: datetime
                                              [e["seq"] for e in events])
 
 
+async def _runs_batch(pool: asyncpg.Pool, settings: Settings, cutoff: datetime,
+                      batch: int) -> int:
+    with _archiving(settings, "runs") as archive:
+        async with pool.acquire() as conn, conn.transaction():
+            runs = await store.claim_runs(conn, cutoff, batch)
+            if not runs:
+                return 0
+            archive.write([("agent_runs", r) for r in runs])
+            return await store.delete_runs(conn, [r["agent_id"] for r in runs],
+                                           [r["run_id"] for r in runs])
+
+
 async def apply_retention(pool: asyncpg.Pool, settings: Settings, *,
                           now: datetime | None = None,
                           batch: int | None = None) -> dict[str, int]:
     """Delete (and archive) what is older than ``retention_days``; a no-op when 0."""
-    result = {"tasks": 0, "inbox_events": 0, "batches": 0}
+    result = {"tasks": 0, "inbox_events": 0, "agent_runs": 0, "batches": 0}
     if settings.retention_days <= 0:
         return result
     batch = batch or settings.retention_batch
     cutoff = (now or await db_now(pool)) - timedelta(days=settings.retention_days)
-    for key, one in (("tasks", _tasks_batch), ("inbox_events", _events_batch)):
+    for key, one in (("tasks", _tasks_batch), ("inbox_events", _events_batch),
+                     ("agent_runs", _runs_batch)):
         for _ in range(MAX_BATCHES):
             n = await one(pool, settings, cutoff, batch)
             result[key] += n

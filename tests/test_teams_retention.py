@@ -82,7 +82,7 @@ async def test_old_rows_go_archived_and_clients_resume_without_gap(
     assert (await apply_retention(pool, settings, now=t0))["tasks"] == 0
     off = iso.model_copy(update={"retention_days": 0})
     assert await apply_retention(pool, off, now=t0 + timedelta(days=30)) == \
-        {"tasks": 0, "inbox_events": 0, "batches": 0}
+        {"tasks": 0, "inbox_events": 0, "agent_runs": 0, "batches": 0}
 
     result = await apply_retention(pool, settings, now=t0 + timedelta(days=1, seconds=1),
                                    batch=2)

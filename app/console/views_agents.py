@@ -8,6 +8,7 @@ from typing import Any
 from starlette.responses import Response
 
 from app.console.owned import my_agents
+from app.console.runs_panel import runs_panel
 from app.console.web import ActionError, Ctx, action, back, page, validated
 from app.errors import Problem
 from app.responses import AgentOut, NewKey
@@ -65,8 +66,10 @@ async def agent_page(ctx: Ctx, *, error: ActionError | None = None, status: int 
         webhook = await webhooks.get(pool, ctx.owner, agent_id)
     except Problem:
         webhook = None  # none registered
+    runs = await runs_panel(pool, ctx.owner, agent_id, ctx.query)
     return ctx.render("agent.html", status=status, error=error, nav="agents", agent=agent,
                       keys=keys, new_key=new_key, webhook=webhook, new_webhook=new_webhook,
+                      runs=runs,
                       skills_json=json.dumps(agent.skills, indent=2) if agent.skills else "")
 
 

@@ -6,6 +6,7 @@ from typing import Literal
 
 from app.domain.task_states import TaskState
 from app.responses.base import Json, Out, Parts, Timestamp
+from app.responses.runs import TaskUsage
 
 
 class TaskOut(Out):
@@ -60,6 +61,9 @@ class ArtifactOut(Out):
 class TaskDetail(TaskOut):
     messages: list[TaskMessage]
     artifacts: list[ArtifactOut]
+    # The runs behind the task by the caller's owner's agents: their count,
+    # turns and cost. Each owner sees their own agents' spend only.
+    usage: TaskUsage
 
 
 class TaskPage(Out):

@@ -4,8 +4,6 @@ the outbox row together."""
 
 from __future__ import annotations
 
-import base64
-import binascii
 import functools
 from datetime import UTC, datetime
 from typing import Any
@@ -27,7 +25,8 @@ from app.responses import (
     TaskWithMessage,
 )
 from app.schemas import ArtifactIn, MessageIn, StatusChange, TaskCreate, dump_parts
-from app.services import broadcasts, task_creates
+from app.services import broadcasts, keyset, task_creates
+from app.services import runs as runs_service
 from app.services.hashing import content_hash
 from app.services.principals import Agent
 from app.services.reach_cache import ReachCache
@@ -194,11 +193,14 @@ async def get_task(pool: asyncpg.Pool, me: Agent, task_id: str) -> TaskDetail:
             seqs = [m["inbox_seq"] for m in messages if m["recipient"] == recipient
                     and m["inbox_seq"] is not None]
             receipts[recipient] = await inbox_store.receipts(conn, recipient, seqs)
+        # What the runs of the caller's owner's agents cost on this task (ADR 046):
+        # each owner sees their own agents' spend, never the other side's.
+        usage = await runs_service.task_usage(conn, task_id, me.owner_id)
     return TaskDetail.of(
         task,
         messages=[TaskMessage.of(m, seq=m["inbox_seq"], receipt=_receipt(
             receipts.get(m["recipient"], {}).get(m["inbox_seq"]))) for m in messages],
-        artifacts=[ArtifactOut.of(a) for a in artifacts])
+        artifacts=[ArtifactOut.of(a) for a in artifacts], usage=usage)
 
 
 def _receipt(row: Any) -> Receipt:
@@ -220,26 +222,12 @@ async def list_tasks(pool: asyncpg.Pool, me: Agent, *, state: str | None,
     return TaskPage(tasks=[TaskOut.of(r) for r in page], next_cursor=next_cursor)
 
 
-def encode_cursor(row: asyncpg.Record) -> str:
-    """Opaque and URL-safe (base64url, no padding): an ISO time's '+' would turn
-    into a space when a cursor is pasted into a query string unescaped."""
-    raw = f"{row['created_at'].isoformat()}|{row['task_id']}".encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+def encode_cursor(row: asyncpg.Record | dict[str, Any]) -> str:
+    return keyset.encode(row["created_at"], row["task_id"])
 
 
 def decode_cursor(cursor: str) -> tuple[datetime, str]:
-    try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
-        stamp, task_id = raw.split("|", 1)
-        if not ids.is_valid_id(task_id):
-            raise ValueError("not a task id")
-        when = datetime.fromisoformat(stamp)
-        # The driver converts to UTC: a time near year 1 or 9999 with an offset
-        # would overflow there (a 500), so the range is checked here.
-        when.astimezone(UTC)
-        return when, task_id
-    except (ValueError, OverflowError, binascii.Error) as exc:
-        raise bad_request("invalid cursor; pass the next_cursor of a previous page") from exc
+    return keyset.decode(cursor)
 
 
 # --- messages ------------------------------------------------------------------------

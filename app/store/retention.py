@@ -80,3 +80,18 @@ async def delete_events(conn: asyncpg.Connection, agent_ids: list[str], seqs: li
         SELECT count(*) AS n FROM gone
         """, agent_ids, seqs)
     return int(rows[0]["n"])
+
+
+async def claim_runs(conn: asyncpg.Connection, cutoff: datetime,
+                     limit: int) -> list[asyncpg.Record]:
+    """Ended runs that started before ``cutoff``, locked for this batch."""
+    return await conn.fetch(
+        "SELECT * FROM agent_runs WHERE started_at < $1 AND ended_at IS NOT NULL "
+        "ORDER BY started_at LIMIT $2 FOR UPDATE SKIP LOCKED", cutoff, limit)
+
+
+async def delete_runs(conn: asyncpg.Connection, agent_ids: list[str], run_ids: list[str]) -> int:
+    deleted = await conn.execute(
+        "DELETE FROM agent_runs r USING unnest($1::text[], $2::text[]) AS d(agent_id, run_id) "
+        "WHERE r.agent_id = d.agent_id AND r.run_id = d.run_id", agent_ids, run_ids)
+    return int(deleted.split()[-1])
