@@ -95,13 +95,16 @@ _TRACE_MARK = b',"traceparent":"'
 
 def traceparent_of(data: bytes) -> str | None:
     """The trace encode_event put last in an event's bytes, without parsing them
-    (a traceparent holds no character JSON escapes); None when it has none."""
+    (a traceparent holds no character JSON escapes); None when it has none. Only
+    the envelope's own last field counts: a payload's "traceparent" key never does."""
     at = data.rfind(_TRACE_MARK)
     if at < 0:
         return None
     start = at + len(_TRACE_MARK)
-    end = data.find(b'"', start)
-    return data[start:end].decode("ascii", "replace") if end > start else None
+    end = len(data) - 2
+    if end <= start or data[end:] != b'"}' or b'"' in data[start:end]:
+        return None
+    return data[start:end].decode("ascii", "replace")
 
 
 def encode_page(events: Sequence[WireEvent], next_after: int) -> bytes:

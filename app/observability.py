@@ -17,6 +17,7 @@ from importlib import metadata
 from typing import Any
 
 from app.settings import Settings
+from app.tracing import TraceIds
 
 FILTERED = "[Filtered]"
 
@@ -224,8 +225,9 @@ def setup_logging(settings: Settings, process: str | None = None) -> None:
     prefix = f"[{process}] " if process else ""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter(
-        f"%(asctime)s %(levelname)s {prefix}%(name)s: %(message)s"))
+        f"%(asctime)s %(levelname)s {prefix}%(name)s: %(message)s%(trace)s"))
     handler.addFilter(RedactingFilter())
+    handler.addFilter(TraceIds())  # an error logged in a traced span names its trace
     setattr(handler, _HANDLER_MARK, True)
     root = logging.getLogger()
     for old in [h for h in root.handlers if getattr(h, _HANDLER_MARK, False)]:

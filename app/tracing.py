@@ -164,3 +164,16 @@ def delivered(traceparents: Iterable[str | None], how: str) -> None:
         if parent is not None:
             _TRACER.start_span("mesh.deliver", context=parent, kind=SpanKind.PRODUCER,
                                attributes={"mesh.delivery": how}).end()
+
+
+class TraceIds(logging.Filter):
+    """Gives each log record ``trace``: `` trace_id=…`` for a warning or worse
+    written inside a traced span (so an error log leads to its trace), else ""."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.trace = ""
+        if enabled and record.levelno >= logging.WARNING:
+            ctx = trace.get_current_span().get_span_context()
+            if ctx.is_valid:
+                record.trace = f" trace_id={ctx.trace_id:032x}"
+        return True
