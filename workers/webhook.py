@@ -81,6 +81,7 @@ class WebhookWorker:
         self._due: set[LaneKey] = set()
         self._lanes: dict[LaneKey, asyncio.Task[None]] = {}
         self._kicks: dict[LaneKey, asyncio.Event] = {}  # cut a lane's retry wait short
+        self._news: dict[LaneKey, asyncio.Event] = {}  # end a running lane's linger
         self._timers: dict[LaneKey, asyncio.TimerHandle] = {}
         self._wake = asyncio.Event()
         self._sweep_now = True
@@ -94,7 +95,10 @@ class WebhookWorker:
     # --- what starts a lane -------------------------------------------------------
 
     def poke(self, lane: LaneKey) -> None:
-        self._due.add(lane)
+        news = self._news.get(lane)
+        if news is not None:
+            news.set()  # a lingering lane reads again at once
+        self._due.add(lane)  # and if it just ended, it starts again
         self._wake.set()
 
     def _register(self, agent_id: str, lane: LaneKey) -> None:
@@ -181,10 +185,12 @@ class WebhookWorker:
         task = asyncio.create_task(self._lane(lane), name=f"{lane[0]}:{lane[1]}")
         self._lanes[lane] = task
         self._kicks[lane] = asyncio.Event()
+        self._news[lane] = asyncio.Event()
 
         def done(_: asyncio.Task[None]) -> None:
             self._lanes.pop(lane, None)
             self._kicks.pop(lane, None)
+            self._news.pop(lane, None)
             self._wake.set()  # a poke that came while it ran starts it again
 
         task.add_done_callback(done)
@@ -221,15 +227,38 @@ class WebhookWorker:
                 await self._pause(lane, wait)
                 row = await channel.renew(key, self.name, self._lease)
                 continue
+            news = self._news.get(lane)
+            if news is not None:
+                news.clear()  # before the read: a notice after it is not missed
             items = await channel.batch(key, row, BATCH)
             if not items:
-                return
+                if news is None or not await self._linger(news):
+                    return
+                row = await channel.renew(key, self.name, self._lease)
+                continue
             for item in items:
                 if row is None or item.seq <= int(row["cursor"]) or self._stopping.is_set():
                     break  # acked meanwhile by another reader, or stopping
                 row = await self._one(client, lane, row, item)
                 if row is not None and row["failures"]:
                     break  # wait for the retry, then start again at the cursor
+
+    async def _linger(self, news: asyncio.Event) -> bool:
+        """Caught up: keep the lease and the connection a moment for the next
+        event (True: one came) rather than pay a claim, a connect and a release
+        for each event of a steady trickle."""
+        seconds = min(self.settings.webhook_linger_seconds, self._lease / 3)
+        if seconds <= 0 or self._stopping.is_set():
+            return False
+        stop = asyncio.ensure_future(self._stopping.wait())
+        came = asyncio.ensure_future(news.wait())
+        try:
+            await asyncio.wait({stop, came}, timeout=seconds,
+                               return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+            came.cancel()
+        return news.is_set() and not self._stopping.is_set()
 
     async def _pause(self, lane: LaneKey, seconds: float) -> None:
         """A retry's backoff; ended early by a stop or a new registration."""
