@@ -37,7 +37,7 @@ from bench.stats import Dist
 
 @dataclass
 class Hit:
-    agent_id: str
+    path: str  # each agent's webhook has its own
     seq: int
     message_id: str | None
     at: float
