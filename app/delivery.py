@@ -53,7 +53,7 @@ def auth_notice(agent_id: str) -> str:
 # What a notice says: an event reached the agent's Redis stream (the push worker's,
 # after "{agent_id} {seq}"), its credentials changed, an event of it committed
 # (below: wakes readers of Postgres only), or who may reach whom changed (below).
-NoticeKind = Literal["event", "auth", "commit", "reach", "webhook"]
+NoticeKind = Literal["event", "auth", "commit", "reach", "webhook", "push"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +77,10 @@ class Notice:
     def webhook(self) -> bool:
         return self.kind == "webhook"
 
+    @property
+    def push(self) -> bool:
+        return self.kind == "push"
+
 
 def parse_notice(data: bytes | str) -> Notice:
     text = data.decode() if isinstance(data, bytes) else str(data)
@@ -89,6 +93,8 @@ def parse_notice(data: bytes | str) -> Notice:
         return Notice(agent_id, "reach")
     if what == WEBHOOK_CHANGED:
         return Notice(agent_id, "webhook")
+    if what == PUSH_CHANGED:
+        return Notice(agent_id, "push")
     return Notice(agent_id)
 
 
@@ -137,3 +143,13 @@ WEBHOOK_CHANGED = "webhook"
 
 def webhook_notice(agent_id: str) -> str:
     return f"{agent_id} {WEBHOOK_CHANGED}"
+
+
+# --- push-config notices (ADR 039) ---------------------------------------------------
+# An agent registered or replaced an A2A push-notification config: the webhook
+# processes look its configs up and deliver now rather than at their next sweep.
+PUSH_CHANGED = "push"
+
+
+def push_notice(agent_id: str) -> str:
+    return f"{agent_id} {PUSH_CHANGED}"

@@ -182,6 +182,9 @@ class Settings(BaseSettings):
     # How long a process's claim on an agent's delivery lasts without renewal.
     webhook_lease_seconds: float = Field(default=120.0, gt=0)
     webhook_response_max_bytes: int = Field(default=4096, ge=0)
+    # A caught-up lane waits this long for the next event before it gives its
+    # lease and connection up (0: give them up at once).
+    webhook_linger_seconds: float = Field(default=2.0, ge=0)
 
     @property
     def bus_kind(self) -> Literal["kafka", "nats", "redis"]:

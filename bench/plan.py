@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-SCENARIOS = ("latency", "floor", "sends", "profile", "scaleout", "relay", "longpoll", "idle", "daemon")
+SCENARIOS = ("latency", "floor", "sends", "profile", "scaleout", "relay", "longpoll", "idle", "daemon",
+             "webhooks")
 
 
 @dataclass(frozen=True)
@@ -35,10 +36,15 @@ class Plan:
     scaleout_latency_seconds: float = 8.0
     # floor: a bare uvicorn app at ``rate``, open loop, this long per mode (ADR 029)
     floor_seconds: float = 10.0
+    # webhooks: events per recipient (32 of them) queued before the webhooks are
+    # registered, then the open loop at ``rate`` for this long (webhook and SSE)
+    webhook_fill: int = 400
+    webhook_seconds: float = 15.0
 
 
 FULL = Plan("full")
 QUICK = Plan("quick", latency_seconds=5.0, low_seconds=3.0, sweep=(16,), sweep_seconds=4.0, relay_rows=5_000,
              longpoll_tries=15, baseline_polls=10, idle_connections=2_000, idle_agents=20,
              idle_hold=5.0, daemon_idle=3.0, profile_seconds=4.0, scaleout_seconds=3.0,
-             scaleout_latency_seconds=3.0, floor_seconds=2.0)
+             scaleout_latency_seconds=3.0, floor_seconds=2.0,
+             webhook_fill=100, webhook_seconds=5.0)

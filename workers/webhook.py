@@ -18,6 +18,11 @@ and event notices every web process and push worker publish already
 (app.delivery), on a registration's notice, and on a periodic sweep, the
 safety net for notices lost while Redis was away or sent to another process.
 
+The same loop delivers A2A push-notification configs (ADR 039): a config is
+another channel (workers.webhook_channels) — one task's events in its agent's
+inbox, as A2A StreamResponses, under the config's own cursor, lease and
+breaker — with the same retries, breaker and SSRF-guarded POST.
+
 Run: ``python -m workers.webhook`` (the Procfile ``webhook`` process).
 """
 
@@ -25,27 +30,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
-from datetime import UTC, datetime
-from typing import Any
 
 import asyncpg
 import httpx
 
 from app import delivery
-from app.event_wire import WireEvent
 from app.metrics import WEBHOOK_BREAKERS_OPEN
 from app.redis_follow import follow
 from app.retry import Backoff, Schedule
-from app.services import inbox
-from app.services.principals import Agent
 from app.settings import Settings
-from app.store import agents as agents_store
-from app.store import inbox as inbox_store
+from app.store import push_configs as push_store
 from app.store import webhooks as webhooks_store
-from app.webhook_signing import Sealer, signature_headers
+from app.webhook_signing import Sealer
 from workers import runtime
+from workers.webhook_channels import AgentWebhooks, Channel, Item, LaneKey, TaskPushes
 from workers.webhook_post import Outcome, Poster
 
 log = logging.getLogger("mesh.webhook")
@@ -58,12 +57,17 @@ _DB_ERRORS = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError)
 
 
 class WebhookWorker:
+    """The delivery loop, for every channel: lanes, leases, retries, the breaker."""
+
     def __init__(self, settings: Settings, pool: asyncpg.Pool) -> None:
         self.settings = settings
         self.pool = pool
         self.name = runtime.consumer_name()  # this process's lease owner name
         self.poster = Poster(settings)
-        self.sealer = Sealer.from_settings(settings)
+        self.channels: dict[str, Channel] = {
+            "webhook": AgentWebhooks(pool, Sealer.from_settings(settings)),
+            "push": TaskPushes(pool, Sealer.from_settings(settings)),
+        }
         self.retry = Schedule(base=settings.webhook_retry_base_seconds,
                               cap=max(settings.webhook_retry_cap_seconds,
                                       settings.webhook_retry_base_seconds))
@@ -72,58 +76,84 @@ class WebhookWorker:
                                          settings.webhook_cooldown_seconds), jitter=0.1)
         self._lease = settings.webhook_lease_seconds
         self._slots = asyncio.Semaphore(settings.webhook_concurrency)
-        self._known: set[str] = set()  # agents with a webhook, as of the last sweep
-        self._due: set[str] = set()
-        self._lanes: dict[str, asyncio.Task[None]] = {}
-        self._kicks: dict[str, asyncio.Event] = {}  # cut a lane's retry wait short
-        self._timers: dict[str, asyncio.TimerHandle] = {}
+        # Whose inbox events wake which lanes, as of the last sweep (and notices since).
+        self._known: dict[str, set[LaneKey]] = {}
+        self._due: set[LaneKey] = set()
+        self._lanes: dict[LaneKey, asyncio.Task[None]] = {}
+        self._kicks: dict[LaneKey, asyncio.Event] = {}  # cut a lane's retry wait short
+        self._news: dict[LaneKey, asyncio.Event] = {}  # end a running lane's linger
+        self._timers: dict[LaneKey, asyncio.TimerHandle] = {}
         self._wake = asyncio.Event()
         self._sweep_now = True
         self._stopping = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._follower: asyncio.Task[None] | None = None
+        self._lookups: set[asyncio.Task[None]] = set()
         self.delivered = 0
         self.failed = 0
 
     # --- what starts a lane -------------------------------------------------------
 
-    def poke(self, agent_id: str) -> None:
-        self._due.add(agent_id)
+    def poke(self, lane: LaneKey) -> None:
+        news = self._news.get(lane)
+        if news is not None:
+            news.set()  # a lingering lane reads again at once
+        self._due.add(lane)  # and if it just ended, it starts again
         self._wake.set()
+
+    def _register(self, agent_id: str, lane: LaneKey) -> None:
+        """A new or replaced registration: deliver now, a pending retry included."""
+        self._known.setdefault(agent_id, set()).add(lane)
+        kick = self._kicks.get(lane)
+        if kick is not None:
+            kick.set()  # retry now, not after the backoff
+        self.poke(lane)
 
     def _notice(self, data: bytes) -> None:
         notice = delivery.parse_notice(data)
         if notice.webhook:
-            self._known.add(notice.agent_id)
-            kick = self._kicks.get(notice.agent_id)
-            if kick is not None:
-                kick.set()  # a new registration: retry now, not after the backoff
-            self.poke(notice.agent_id)
-        elif notice.kind in ("event", "commit") and notice.agent_id in self._known:
-            self.poke(notice.agent_id)
+            self._register(notice.agent_id, ("webhook", notice.agent_id))
+        elif notice.push:
+            task = asyncio.create_task(self._pushes_of(notice.agent_id))
+            self._lookups.add(task)
+            task.add_done_callback(self._lookups.discard)
+        elif notice.kind in ("event", "commit"):
+            for lane in self._known.get(notice.agent_id, ()):
+                self.poke(lane)
+
+    async def _pushes_of(self, agent_id: str) -> None:
+        """A push-config notice names the agent only: look its configs up."""
+        try:
+            for push_id in await push_store.of_agent(self.pool, agent_id):
+                self._register(agent_id, ("push", str(push_id)))
+        except _DB_ERRORS as exc:  # the sweep finds them
+            log.warning("push configs of %s: look-up failed (%s)", agent_id, exc)
 
     def _resubscribed(self) -> None:
         self._sweep_now = True  # notices published meanwhile are lost: look at Postgres
         self._wake.set()
 
-    def _later(self, agent_id: str, seconds: float) -> None:
-        """Start the agent's lane again in ``seconds`` (a cool-down, a long retry)."""
-        old = self._timers.pop(agent_id, None)
+    def _later(self, lane: LaneKey, seconds: float) -> None:
+        """Start the lane again in ``seconds`` (a cool-down, a long retry)."""
+        old = self._timers.pop(lane, None)
         if old is not None:
             old.cancel()
         loop = asyncio.get_running_loop()
-        self._timers[agent_id] = loop.call_later(seconds, self._timer_fired, agent_id)
+        self._timers[lane] = loop.call_later(seconds, self._timer_fired, lane)
 
-    def _timer_fired(self, agent_id: str) -> None:
-        self._timers.pop(agent_id, None)
-        self.poke(agent_id)
+    def _timer_fired(self, lane: LaneKey) -> None:
+        self._timers.pop(lane, None)
+        self.poke(lane)
 
     async def sweep(self) -> None:
-        rows = await webhooks_store.sweep(self.pool, SWEEP_LIMIT)
-        self._known = {r["agent_id"] for r in rows}
-        for row in rows:
-            if row["due"]:
-                self.poke(row["agent_id"])
+        known: dict[str, set[LaneKey]] = {}
+        for kind, channel in self.channels.items():
+            for agent_id, key, due in await channel.sweep(SWEEP_LIMIT):
+                lane = (kind, key)
+                known.setdefault(agent_id, set()).add(lane)
+                if due:
+                    self.poke(lane)
+        self._known = known
         WEBHOOK_BREAKERS_OPEN.set(await webhooks_store.open_breakers(self.pool))
 
     # --- the main loop ------------------------------------------------------------
@@ -142,70 +172,97 @@ class WebhookWorker:
                     await backoff.wait(f"could not sweep the webhooks ({exc})")
                     continue
                 next_sweep = loop.time() + self.settings.webhook_sweep_seconds
-            for agent_id in list(self._due):
-                if agent_id not in self._lanes:
-                    self._due.discard(agent_id)
-                    self._start_lane(agent_id)
+            for lane in list(self._due):
+                if lane not in self._lanes:
+                    self._due.discard(lane)
+                    self._start_lane(lane)
             self._wake.clear()
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(max(next_sweep - loop.time(), 0.0)):
                     await self._wake.wait()
 
-    def _start_lane(self, agent_id: str) -> None:
-        task = asyncio.create_task(self._lane(agent_id), name=f"webhook:{agent_id}")
-        self._lanes[agent_id] = task
-        self._kicks[agent_id] = asyncio.Event()
+    def _start_lane(self, lane: LaneKey) -> None:
+        task = asyncio.create_task(self._lane(lane), name=f"{lane[0]}:{lane[1]}")
+        self._lanes[lane] = task
+        self._kicks[lane] = asyncio.Event()
+        self._news[lane] = asyncio.Event()
 
         def done(_: asyncio.Task[None]) -> None:
-            self._lanes.pop(agent_id, None)
-            self._kicks.pop(agent_id, None)
+            self._lanes.pop(lane, None)
+            self._kicks.pop(lane, None)
+            self._news.pop(lane, None)
             self._wake.set()  # a poke that came while it ran starts it again
 
         task.add_done_callback(done)
 
-    # --- one agent ----------------------------------------------------------------
+    # --- one target ---------------------------------------------------------------
 
-    async def _lane(self, agent_id: str) -> None:
+    async def _lane(self, lane: LaneKey) -> None:
+        channel, key = self.channels[lane[0]], lane[1]
         try:
-            row = await webhooks_store.claim(self.pool, agent_id, self.name, self._lease)
+            row = await channel.claim(key, self.name, self._lease)
             if row is None:
-                return  # another process delivers it, or the webhook is gone
+                return  # another process delivers it, or the registration is gone
             try:
                 async with self.poster.client() as client:
-                    await self._deliver(client, agent_id, row)
+                    await self._deliver(client, lane, row)
             finally:
-                if await webhooks_store.release(self.pool, agent_id, self.name):
-                    self.poke(agent_id)  # committed while we finished: go on
+                if await channel.release(key, self.name):
+                    self.poke(lane)  # committed while we finished: go on
         except Exception as exc:  # a lane must never end silently: try again later
             # The lease (if held) lapses by itself; nothing was acked that was not sent.
-            log.warning("webhook %s: delivery round failed (%s: %s); retrying shortly",
-                        agent_id, type(exc).__name__, exc)
-            self._later(agent_id, self.retry.delay(1))
+            log.warning("%s %s: delivery round failed (%s: %s); retrying shortly",
+                        lane[0], key, type(exc).__name__, exc)
+            self._later(lane, self.retry.delay(1))
 
-    async def _deliver(self, client: httpx.AsyncClient, agent_id: str,
+    async def _deliver(self, client: httpx.AsyncClient, lane: LaneKey,
                        row: asyncpg.Record | None) -> None:
+        channel, key = self.channels[lane[0]], lane[1]
         while row is not None and not self._stopping.is_set():
             wait = float(row["wait_seconds"])
             if wait > 0:
                 if row["breaker"] == "open" or wait > self._lease / 3:
-                    self._later(agent_id, wait)  # a cool-down: give the lease up
+                    self._later(lane, wait)  # a cool-down: give the lease up
                     return
-                await self._pause(agent_id, wait)
-                row = await webhooks_store.renew(self.pool, agent_id, self.name, self._lease)
+                await self._pause(lane, wait)
+                row = await channel.renew(key, self.name, self._lease)
                 continue
-            events = await inbox_store.after(self.pool, agent_id, int(row["cursor"]), BATCH)
-            if not events:
-                return
-            for event in events:
-                if row is None or event.seq <= int(row["cursor"]) or self._stopping.is_set():
+            news = self._news.get(lane)
+            if news is not None:
+                news.clear()  # before the read: a notice after it is not missed
+            items = await channel.batch(key, row, BATCH)
+            if not items:
+                if news is None or not await self._linger(news):
+                    return
+                row = await channel.renew(key, self.name, self._lease)
+                continue
+            for item in items:
+                if row is None or item.seq <= int(row["cursor"]) or self._stopping.is_set():
                     break  # acked meanwhile by another reader, or stopping
-                row = await self._one(client, agent_id, row, event)
+                row = await self._one(client, lane, row, item)
                 if row is not None and row["failures"]:
                     break  # wait for the retry, then start again at the cursor
 
-    async def _pause(self, agent_id: str, seconds: float) -> None:
+    async def _linger(self, news: asyncio.Event) -> bool:
+        """Caught up: keep the lease and the connection a moment for the next
+        event (True: one came) rather than pay a claim, a connect and a release
+        for each event of a steady trickle."""
+        seconds = min(self.settings.webhook_linger_seconds, self._lease / 3)
+        if seconds <= 0 or self._stopping.is_set():
+            return False
+        stop = asyncio.ensure_future(self._stopping.wait())
+        came = asyncio.ensure_future(news.wait())
+        try:
+            await asyncio.wait({stop, came}, timeout=seconds,
+                               return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+            came.cancel()
+        return news.is_set() and not self._stopping.is_set()
+
+    async def _pause(self, lane: LaneKey, seconds: float) -> None:
         """A retry's backoff; ended early by a stop or a new registration."""
-        kick = self._kicks.get(agent_id) or asyncio.Event()
+        kick = self._kicks.get(lane) or asyncio.Event()
         kick.clear()
         stop = asyncio.ensure_future(self._stopping.wait())
         kicked = asyncio.ensure_future(kick.wait())
@@ -216,35 +273,26 @@ class WebhookWorker:
             stop.cancel()
             kicked.cancel()
 
-    async def _one(self, client: httpx.AsyncClient, agent_id: str, row: asyncpg.Record,
-                   event: WireEvent) -> asyncpg.Record | None:
-        """POST one event; the fresh row after recording what came of it."""
+    async def _one(self, client: httpx.AsyncClient, lane: LaneKey, row: asyncpg.Record,
+                   item: Item) -> asyncpg.Record | None:
+        """POST one item; the fresh row after recording what came of it."""
+        channel, key = self.channels[lane[0]], lane[1]
+        if item.skip:  # nothing the target shows: move past it without a call
+            return await channel.delivered(key, row, item, self.name, self._lease)
         async with self._slots:
-            outcome = await self.poster.post(client, row["url"], self._sign(row, event),
-                                             event.data)
+            outcome = await self.poster.post(client, row["url"], channel.headers(row, item),
+                                             item.body)
         if not outcome.ok:
-            return await self._failed(agent_id, row, outcome)
-        await inbox.record_delivery(self.pool, agent_id, [event])
-        await inbox.ack(self.pool, Agent(agent_id, int(row["owner_id"]), str(row["kind"])),
-                        event.seq)
+            return await self._failed(lane, row, outcome)
         self.delivered += 1
-        was_down = row["breaker"] == "open" or row["status"] == "inactive"
-        fresh = await webhooks_store.succeeded(self.pool, agent_id, self.name, self._lease)
-        if was_down:
-            await agents_store.set_reachable(self.pool, agent_id, True)
-            if row["breaker"] == "open":
-                log.info("webhook %s: answered again; breaker closed", agent_id)
+        fresh = await channel.delivered(key, row, item, self.name, self._lease)
+        if row["breaker"] == "open":
+            log.info("%s %s: answered again; breaker closed", lane[0], key)
         return fresh
 
-    def _sign(self, row: asyncpg.Record, event: WireEvent) -> dict[str, str]:
-        keys = [self.sealer.open(row["secret"])]
-        if row["previous_valid"]:
-            keys.append(self.sealer.open(row["previous_secret"]))
-        event_id = _event_id(event)
-        return signature_headers(event_id, datetime.now(UTC), event.data, keys)
-
-    async def _failed(self, agent_id: str, row: asyncpg.Record,
+    async def _failed(self, lane: LaneKey, row: asyncpg.Record,
                       outcome: Outcome) -> asyncpg.Record | None:
+        channel, key = self.channels[lane[0]], lane[1]
         self.failed += 1
         failures = int(row["failures"]) + 1
         opens = int(row["opens"])
@@ -253,13 +301,13 @@ class WebhookWorker:
             breaker, retry_in = "open", self.cooldown.delay(opens)
         else:
             breaker, retry_in = str(row["breaker"]), self.retry.delay(failures)
-        fresh = await webhooks_store.failed(
-            self.pool, agent_id, self.name, self._lease, error=outcome.error or outcome.reason,
+        fresh = await channel.failed(
+            key, self.name, self._lease, error=outcome.error or outcome.reason,
             failures=failures, breaker=breaker, opens=opens, retry_in=retry_in)
         if breaker == "open" and row["breaker"] != "open":
-            log.warning("webhook %s: %d failures in a row (last: %s); breaker open, next "
-                        "probe in %.1f s", agent_id, failures, outcome.error, retry_in)
-            await agents_store.set_reachable(self.pool, agent_id, False)
+            log.warning("%s %s: %d failures in a row (last: %s); breaker open, next "
+                        "probe in %.1f s", lane[0], key, failures, outcome.error, retry_in)
+            await channel.opened(key)
             with contextlib.suppress(*_DB_ERRORS):
                 WEBHOOK_BREAKERS_OPEN.set(await webhooks_store.open_breakers(self.pool))
         return fresh
@@ -297,11 +345,6 @@ class WebhookWorker:
                 await self._follower
         log.info("webhook worker stopped: %d delivered, %d failed attempts", self.delivered,
                  self.failed)
-
-
-def _event_id(event: WireEvent) -> str:
-    data: dict[str, Any] = json.loads(event.data)
-    return str(data["event_id"])
 
 
 # --- the process --------------------------------------------------------------------

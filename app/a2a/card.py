@@ -71,7 +71,7 @@ def _common(base_url: str, version: str) -> dict[str, Any]:
         "version": version,
         "provider": {"organization": "Agent Mesh", "url": base_url.rstrip("/")},
         "documentationUrl": f"{base_url.rstrip('/')}/docs",
-        "capabilities": {"streaming": True, "pushNotifications": False,
+        "capabilities": {"streaming": True, "pushNotifications": True,
                          "extendedAgentCard": True, "extensions": [RESUME]},
         "securitySchemes": SECURITY_SCHEMES,
         "securityRequirements": SECURITY,

@@ -10,6 +10,7 @@ caller's durable inbox (ADR 017).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from typing import Any
@@ -40,14 +41,13 @@ from a2a.types.a2a_pb2 import (
 from a2a.utils.errors import (
     InvalidParamsError,
     InvalidRequestError,
-    PushNotificationNotSupportedError,
     TaskNotCancelableError,
     TaskNotFoundError,
     UnsupportedOperationError,
 )
 from a2a.utils.task import validate_page_size
 
-from app.a2a import blocking, card, mapping
+from app.a2a import blocking, card, mapping, push
 from app.a2a.errors import a2a_errors
 from app.a2a.follow import follow
 from app.api.deps import State, check_storable
@@ -111,18 +111,32 @@ class MeshRequestHandler(RequestHandler):
         task. Idempotent by the A2A messageId (the mesh message_id)."""
         s, msg = c.state, params.message
         body = mapping.message_from_a2a(msg)
+        config = params.configuration.task_push_notification_config \
+            if params.configuration.HasField("task_push_notification_config") else None
         with a2a_errors(closed=UnsupportedOperationError):
             check_storable(body)
             if msg.task_id:
                 task = await self._task_json(c, msg.task_id)
                 _check_same_context(msg, task)
+                checked = since = None
+                if config is not None:  # checked before the write; from the write on
+                    checked = await push.check_config(s, config, msg.task_id)
+                    since = await inbox_store.last_task_seq(s.pool, c.me.agent_id, msg.task_id)
                 await tasks.append_message(s.pool, s.settings, c.me, msg.task_id,
                                            MessageIn.model_validate(body), wakeup=s.wakeup)
+                if checked is not None and since is not None:
+                    await push.put(s, c.me.agent_id, msg.task_id, checked, since)
                 return msg.task_id
             create = TaskCreate.model_validate(
                 {"to_agent_id": c.target, "message": body, "context_id": msg.context_id or None})
+            # A new task's id is the mesh's: a config's id defaults to it afterwards.
+            checked = None if config is None else await push.check_config(s, config, "-")
             created, _ = await tasks.create_task(s.pool, s.settings, c.me, create,
                                                  wakeup=s.wakeup)
+            if checked is not None and config is not None:
+                checked = dataclasses.replace(checked, config_id=push.config_id_of(
+                    config.id, created.task_id))
+                await push.put(s, c.me.agent_id, created.task_id, checked, 0)
             return created.task_id
 
     @validate_request_params  # the spec's required fields (messageId, parts, …)
@@ -219,24 +233,45 @@ class MeshRequestHandler(RequestHandler):
             raise InvalidRequestError(message=f"unknown agent '{c.target}'")
         return card.full_card(c.base_url, row, card.VERSION)
 
-    # Push notifications: the mesh's answer to "the client is offline" is the
-    # durable stream and its resume, so the card says pushNotifications: false.
+    # Push notifications (ADR 039): a config is the caller's, on a task it can see
+    # (GetTask's check); the webhook process delivers the task's events to it.
+    @validate_request_params
     async def on_create_task_push_notification_config(
             self, params: TaskPushNotificationConfig,
             context: ServerCallContext) -> TaskPushNotificationConfig:
-        raise PushNotificationNotSupportedError
+        c = _call(context)
+        await self._task_json(c, params.task_id)
+        checked = await push.check_config(c.state, params, params.task_id)
+        # From now on: what the task's stream would show after this point.
+        since = await inbox_store.last_task_seq(c.state.pool, c.me.agent_id, params.task_id)
+        return await push.put(c.state, c.me.agent_id, params.task_id, checked, since)
 
+    @validate_request_params
     async def on_get_task_push_notification_config(
             self, params: GetTaskPushNotificationConfigRequest,
             context: ServerCallContext) -> TaskPushNotificationConfig:
-        raise PushNotificationNotSupportedError
+        c = _call(context)
+        await self._task_json(c, params.task_id)
+        return await push.get(c.state, c.me.agent_id, params.task_id, params.id)
 
+    @validate_request_params
     async def on_list_task_push_notification_configs(
             self, params: ListTaskPushNotificationConfigsRequest,
             context: ServerCallContext) -> ListTaskPushNotificationConfigsResponse:
-        raise PushNotificationNotSupportedError
+        c = _call(context)
+        if params.page_size:  # 0: unset (the field has no presence)
+            validate_page_size(params.page_size)
+        await self._task_json(c, params.task_id)
+        configs, next_token = await push.page(c.state, c.me.agent_id, params.task_id,
+                                              params.page_size or push.DEFAULT_PAGE,
+                                              params.page_token)
+        return ListTaskPushNotificationConfigsResponse(configs=configs,
+                                                       next_page_token=next_token)
 
+    @validate_request_params
     async def on_delete_task_push_notification_config(
             self, params: DeleteTaskPushNotificationConfigRequest,
             context: ServerCallContext) -> None:
-        raise PushNotificationNotSupportedError
+        c = _call(context)
+        await self._task_json(c, params.task_id)
+        await push.delete(c.state, c.me.agent_id, params.task_id, params.id)

@@ -348,6 +348,6 @@ def card_json(agent: asyncpg.Record) -> AgentCard:
         agent_id=agent["agent_id"], name=agent["display_name"] or agent["name"],
         description=agent["description"], kind=agent["kind"], status=agent["status"],
         last_heartbeat_at=agent["last_heartbeat_at"], version="1",
-        capabilities={"streaming": True, "pushNotifications": False},
+        capabilities={"streaming": True, "pushNotifications": True},
         defaultInputModes=["text", "data", "file"], defaultOutputModes=["text", "data", "file"],
         skills=agent["skills"] or [])
