@@ -24,6 +24,7 @@ from tests.meshd.support import Proc, mesh_cmd, mesh_env
 from tests.support.isolated import isolated_settings
 from tests.support.meshapi import MeshFactory
 from tests.support.procs import MeshProcess
+from tests.support.webhook_receiver import Receiver
 
 pytestmark = pytest.mark.skipif(
     shutil.which("go") is None and not binary_path().exists(),
@@ -128,6 +129,56 @@ async def test_a_message_and_its_reply_are_one_trace_across_the_processes(
         if daemon is not None:
             daemon.signal(15)
             await daemon.wait(timeout=20)
+        for proc in procs:
+            proc.stop_quietly()
+
+
+async def test_a2a_in_nats_between_webhook_and_long_poll_out_is_one_trace(
+        migrated: Settings, jaeger: Jaeger) -> None:
+    """The other edges: a task sent over A2A (JSON-RPC, traceparent header), the NATS
+    bus, delivered by webhook (the header) and read by long-poll."""
+    if not migrated.nats_url:
+        pytest.skip("no nats-server here (CI has one)")
+    iso = await isolated_settings(migrated, bus="nats", webhook_allow_private=True,
+                                  webhook_sweep_seconds=0.5)
+    env = _otel(jaeger)
+    procs = [MeshProcess(kind, iso, os_env=env) for kind in ("web", "outbox", "push", "webhook")]
+    for proc in procs:
+        await proc.start()
+    rx = Receiver()
+    await rx.start()
+    try:
+        async with MeshFactory.connect(procs[0].url) as mesh:
+            a = await (await mesh.owner()).agent("a")
+            owner_b = await mesh.owner()
+            b = await owner_b.agent("b")
+            await mesh.befriend(a, b)
+            created = ok(await owner_b.http.put(f"/v1/agents/{b.agent_id}/webhook",
+                                                json={"url": rx.url}, headers=owner_b.headers))
+            rx.secret = created["secret"]
+            trace_id = secrets.token_hex(16)
+            parent = f"00-{trace_id}-{secrets.token_hex(8)}-01"
+            message = {"messageId": secrets.token_hex(8), "role": "ROLE_USER",
+                       "parts": [{"text": "over A2A"}]}
+            answer = await a.http.post(f"/a2a/{b.agent_id}", json={
+                "jsonrpc": "2.0", "id": 1, "method": "SendMessage",
+                "params": {"message": message, "configuration": {"returnImmediately": True}}},
+                headers={**a.headers, "A2A-Version": "1.0", "traceparent": parent})
+            assert "result" in answer.json(), answer.text
+            await rx.wait(lambda r: any(x.headers.get("traceparent", "").split("-")[1:2]
+                                        == [trace_id] for x in r.received))
+            page = await b.inbox(wait=0)
+            assert any(e.get("traceparent", "").split("-")[1:2] == [trace_id]
+                       for e in page["events"])
+        want = {("agent-mesh-web", "mesh.send"), ("agent-mesh-outbox", "mesh.relay"),
+                ("agent-mesh-push", "mesh.push"), ("agent-mesh-webhook", "mesh.deliver"),
+                ("agent-mesh-web", "mesh.deliver")}
+        spans = await _spans(jaeger, trace_id, want)
+        how = {s["service"]: {t["value"] for t in s["tags"] if t["key"] == "mesh.delivery"}
+               for s in spans if s["operationName"] == "mesh.deliver"}
+        assert how["agent-mesh-webhook"] == {"webhook"} and "long-poll" in how["agent-mesh-web"]
+    finally:
+        await rx.stop()
         for proc in procs:
             proc.stop_quietly()
 

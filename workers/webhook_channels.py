@@ -24,8 +24,9 @@ import asyncpg
 from a2a.utils.proto_utils import to_stream_response
 from google.protobuf.json_format import MessageToDict
 
+from app import tracing
 from app.a2a import mapping
-from app.event_wire import WireEvent
+from app.event_wire import WireEvent, traceparent_of
 from app.services import inbox
 from app.services.principals import Agent
 from app.store import agents as agents_store
@@ -103,11 +104,17 @@ class AgentWebhooks:
         keys = [self.sealer.open(row["secret"])]
         if row["previous_valid"]:
             keys.append(self.sealer.open(row["previous_secret"]))
-        return signature_headers(_event_id(item.source), datetime.now(UTC), item.body, keys)
+        headers = signature_headers(_event_id(item.source), datetime.now(UTC), item.body, keys)
+        # The message's trace (ADR 042): the receiver's own requests can join it.
+        traceparent = traceparent_of(item.body)
+        if traceparent:
+            headers[tracing.TRACEPARENT] = traceparent
+        return headers
 
     async def delivered(self, key: str, row: Row, item: Item, owner: str,
                         lease: float) -> Row | None:
         await inbox.record_delivery(self.pool, key, [item.source])
+        tracing.delivered((traceparent_of(item.body),), "webhook")
         await inbox.ack(self.pool, Agent(key, int(row["owner_id"]), str(row["kind"])), item.seq)
         was_down = row["breaker"] == "open" or row["status"] == "inactive"
         fresh = await webhooks_store.succeeded(self.pool, key, owner, lease)
