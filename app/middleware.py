@@ -15,6 +15,9 @@ from app.metrics import HTTP_REQUESTS
 from app.sse_response import OUTSIDE
 
 
+_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+
+
 class RequestMetrics:
     """Counts requests by route *template* (not raw path: agent ids would
     explode the label set) and status."""
@@ -45,7 +48,10 @@ class RequestMetrics:
             route = scope.get("route")
             template = route.path if isinstance(route, BaseRoute) and hasattr(route, "path") \
                 else "unmatched"
-            HTTP_REQUESTS.labels(route=f"{scope['method']} {template}", status=str(status)).inc()
+            # The method is the client's word: unknown ones share one label value,
+            # so no request can add series of its own.
+            method = scope["method"] if scope["method"] in _METHODS else "OTHER"
+            HTTP_REQUESTS.labels(route=f"{method} {template}", status=str(status)).inc()
 
 
 class ProblemBodyLimit:

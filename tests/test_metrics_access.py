@@ -89,3 +89,11 @@ async def test_default_metrics_carry_no_agent_ids(web: str, pool: asyncpg.Pool) 
     await jobs.update_gauges(pool)
     assert REGISTRY.get_sample_value("agent_mesh_consumer_lag",
                                      {"agent_id": b.agent_id}) is None
+
+
+async def test_a_made_up_method_adds_no_metric_series(gateway: str) -> None:
+    async with httpx.AsyncClient(base_url=gateway, timeout=10) as http:
+        for i in range(5):
+            await http.request(f"BREW{i}", "/v1/mesh/me")
+        text = (await http.get("/metrics")).text
+    assert "BREW" not in text and 'route="OTHER ' in text
