@@ -181,6 +181,13 @@ class Settings(BaseSettings):
     # A client's calls count as its agent's heartbeat, at most once this often per
     # web process (a heartbeat is a write).
     mcp_heartbeat_interval_seconds: float = Field(default=30.0, ge=0)
+    # OAuth 2.1 for /mcp clients: codes, access tokens and (rotating) refresh tokens.
+    oauth_code_ttl_seconds: int = Field(default=300, ge=10)
+    oauth_access_token_ttl_seconds: int = Field(default=3600, ge=60)
+    oauth_refresh_token_ttl_seconds: int = Field(default=30 * 24 * 3600, ge=60)
+    # Client ids that are metadata-document URLs are fetched like webhook targets:
+    # private and loopback hosts (and plain http) only when this is set (tests, dev).
+    oauth_client_fetch_allow_private: bool = False
     # How long a process's claim on an agent's delivery lasts without renewal.
     webhook_lease_seconds: float = Field(default=120.0, gt=0)
     webhook_response_max_bytes: int = Field(default=4096, ge=0)

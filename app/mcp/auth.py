@@ -1,4 +1,5 @@
-"""Who calls ``/mcp``: ``Authorization: Bearer`` with an agent's API key, or any token
+"""Who calls ``/mcp``: ``Authorization: Bearer`` with an agent's API key, an OAuth
+access token the gateway issued for one agent (app/services/oauth.py), or any token
 the REST API accepts (an agent's access token; an owner's, acting as its virtual
 user). A missing or refused credential is a 401 whose ``WWW-Authenticate`` names the
 protected-resource metadata (RFC 9728), where a client learns how to get one."""
@@ -12,7 +13,7 @@ from app import ratelimit
 from app.api import deps
 from app.api.auth import client_address
 from app.errors import Problem
-from app.services import accounts
+from app.services import accounts, oauth
 from app.services.principals import Agent
 
 PATH = "/mcp"
@@ -50,6 +51,8 @@ async def authenticate(request: Request) -> Agent:
     try:
         if token.startswith(API_KEY_PREFIX):
             return await _by_key(request, token)
+        if oauth.looks_like_access_token(token):
+            return await _by_grant(request, token)
         return await deps.agent(request)
     except Problem as p:
         if p.status != 401:
@@ -68,17 +71,29 @@ async def _by_key(request: Request, api_key: str) -> Agent:
     return me
 
 
-def resource_metadata(request: Request, *, authorization_servers: bool) -> dict[str, object]:
-    doc: dict[str, object] = {
+async def _by_grant(request: Request, token: str) -> Agent:
+    s = deps.state(request)
+    try:
+        me = await oauth.verify(s.pool, s.settings, token, resource=base_url(request) + PATH)
+    except oauth.InvalidAccessToken as exc:
+        raise challenge(request, str(exc), error="invalid_token") from exc
+    if s.ratelimiter is not None:
+        await ratelimit.require(s.ratelimiter, me.agent_id, request.method, PATH)
+    request.scope["mesh.principal"] = me
+    return me
+
+
+def resource_metadata(request: Request) -> dict[str, object]:
+    """RFC 9728: the gateway is its own authorization server."""
+    return {
         "resource": f"{base_url(request)}{PATH}",
+        "authorization_servers": [base_url(request)],
+        "scopes_supported": [oauth.SCOPE],
         "bearer_methods_supported": ["header"],
         "resource_name": "Agent Mesh",
         "resource_documentation": f"{base_url(request)}/docs",
     }
-    if authorization_servers:
-        doc["authorization_servers"] = [base_url(request)]
-    return doc
 
 
 async def protected_resource(request: Request) -> Response:
-    return deps.json(resource_metadata(request, authorization_servers=False))
+    return deps.json(resource_metadata(request))

@@ -20,7 +20,7 @@ from starlette.types import Receive, Scope, Send
 
 from app.api import deps
 from app.errors import Problem
-from app.mcp import auth, tools
+from app.mcp import auth, oauth, tools
 from app.mcp.presence import Heartbeats
 from app.settings import Settings
 from meshd.tool_server import build_server
@@ -72,4 +72,5 @@ def routes(endpoint: McpEndpoint) -> list[BaseRoute]:
         # at the bare suffix, so both answer.
         Route(auth.METADATA_PATH + auth.PATH, auth.protected_resource, methods=["GET"]),
         Route(auth.METADATA_PATH, auth.protected_resource, methods=["GET"]),
+        *oauth.routes(),
     ]
