@@ -87,15 +87,24 @@ def authorize_url(client_id: str, challenge: str, state: str = "st-1", **extra: 
         "scope": "mcp", **extra})
 
 
+async def handed_over(http: httpx.AsyncClient, url: str) -> str:
+    """Where /oauth/authorize sends the browser on (a page that refreshes to the console)."""
+    start = await http.get(url)
+    assert start.status_code == 200, start.text
+    target = re.search(r'http-equiv="refresh" content="0;url=([^"]+)"', start.text)
+    assert target
+    url = html.unescape(target.group(1))
+    assert url.startswith("/console/oauth/authorize?")
+    return url
+
+
 async def consent(b: Browser, client_id: str, challenge: str, agent_id: str, *,
                   decision: str = "approve", **extra: str) -> dict[str, list[str]]:
     """The whole front channel: authorize → console sign-in → consent → redirect back."""
-    start = await b.http.get(authorize_url(client_id, challenge, **extra))
-    assert start.status_code == 303, start.text
-    assert start.headers["location"].startswith("/console/oauth/authorize?")
-    page = await b.http.get(start.headers["location"])
+    target = await handed_over(b.http, authorize_url(client_id, challenge, **extra))
+    page = await b.http.get(target)
     if page.status_code == 303:  # not signed in yet
-        page = await b.sign_in(start.headers["location"])
+        page = await b.sign_in(target)
     assert page.status_code == 200, page.text
     assert "Test MCP client" in page.text or client_id in page.text
     assert "form-action 'self' http://127.0.0.1:33333" in page.headers["content-security-policy"]
@@ -236,8 +245,7 @@ async def test_authorization_requests_are_checked(mesh, gateway):
         assert back["error"] == ["access_denied"] and "code" not in back
         # the owner may only pick their own agents
         stranger = await (await MeshFactory(b.http).owner()).agent("zz")
-        start = await b.http.get(authorize_url(client_id, challenge))
-        page = await b.http.get(start.headers["location"])
+        page = await b.http.get(await handed_over(b.http, authorize_url(client_id, challenge)))
         r = await b.http.post("/console/oauth/authorize",
                               data={**hidden(page.text), "agent_id": stranger.agent_id,
                                     "decision": "approve"})

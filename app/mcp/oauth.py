@@ -5,13 +5,14 @@ The logic is app/services/oauth.py; this is the HTTP edge."""
 
 from __future__ import annotations
 
+import html
 import json
 from typing import Any
 from urllib.parse import parse_qsl, urlencode
 
 from authlib.oauth2.rfc8414 import AuthorizationServerMetadata
 from starlette.requests import Request
-from starlette.responses import RedirectResponse, Response
+from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from app.api import deps
@@ -94,7 +95,23 @@ async def authorize(request: Request) -> Response:
             raise Problem(400, f"invalid authorization request ({e.error}): {e.description}") from e
         return RedirectResponse(oauth.error_redirect(e.redirect, base_url(request), e),
                                 status_code=303)
-    return RedirectResponse(f"{CONSENT_PATH}?{urlencode(auth.params())}", status_code=303)
+    return _hand_over(f"{CONSENT_PATH}?{urlencode(auth.params())}")
+
+
+def _hand_over(target: str) -> Response:
+    """A page that moves on to the console by itself, rather than a redirect: the
+    console's session cookie is SameSite=Strict, and a redirect chain that began on
+    the client's site would arrive without it (the owner signed out, every time).
+    A navigation this page starts is same-site, so the cookie comes along."""
+    url = html.escape(target, quote=True)
+    page = (f'<!doctype html><html lang="en"><head><meta charset="utf-8">'
+            f'<meta http-equiv="refresh" content="0;url={url}"><title>Agent Mesh</title>'
+            f'<link rel="icon" href="data:,"></head>'
+            f'<body><p><a href="{url}">Continue to Agent Mesh</a></p></body></html>')
+    return HTMLResponse(page, headers={
+        **NO_STORE, "Content-Security-Policy": "default-src 'none'; img-src data:; base-uri 'none'; "
+                                                "form-action 'none'; frame-ancestors 'none'",
+        "Referrer-Policy": "no-referrer", "X-Content-Type-Options": "nosniff"})
 
 
 async def token(request: Request) -> Response:
