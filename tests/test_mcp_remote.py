@@ -268,7 +268,12 @@ async def test_bad_json_rpc_gets_json_rpc_errors_never_a_5xx(mesh, gateway):
                     assert isinstance(answer["error"]["code"], int)
                 else:  # a tool error is a result with isError, never a crash
                     assert answer["result"].get("isError") is True, raw[:80]
-    assert len(statuses) == len(bodies) == 50
+        for method in ("GET", "DELETE", "PUT", "PATCH"):  # no stream, no session to end
+            async with asyncio.timeout(10):  # answered, not held open
+                r = await http.request(method, "/mcp", headers=auth)
+            statuses.append(r.status_code)
+            assert r.status_code == 405, (method, r.status_code)
+    assert len(statuses) == len(bodies) + 4 == 54
     assert all(s < 500 for s in statuses)
 
 

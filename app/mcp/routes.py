@@ -67,7 +67,10 @@ class McpEndpoint:
 
 def routes(endpoint: McpEndpoint) -> list[BaseRoute]:
     return [
-        Route(auth.PATH, endpoint, methods=["GET", "POST", "DELETE"]),
+        # POST only: the server never speaks first, so a GET stream would stay open with
+        # nothing to say, and with no sessions a DELETE has nothing to end (405 for both,
+        # as Streamable HTTP allows).
+        Route(auth.PATH, endpoint, methods=["POST"]),
         # RFC 9728 §3.1 puts the resource's path after the suffix; some clients ask
         # at the bare suffix, so both answer.
         Route(auth.METADATA_PATH + auth.PATH, auth.protected_resource, methods=["GET"]),
