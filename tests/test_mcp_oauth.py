@@ -335,3 +335,18 @@ async def test_client_metadata_documents(mesh, gateway, migrated):
             async with session(base, r.json()["access_token"]) as s:
                 me, _ = await call(s, "mesh_whoami")
             assert me["agent_id"] == agent.agent_id
+
+
+async def test_the_open_endpoints_are_rate_limited_per_address(migrated):
+    settings = migrated.model_copy(update={
+        "ratelimit_enabled": True,
+        "ratelimit_routes": {"POST /oauth/register": (0.001, 2), "POST /oauth/token": (0.001, 2)}})
+    async with serve_app(settings) as base, httpx.AsyncClient(base_url=base, timeout=30) as http:
+        answers = [(await http.post("/oauth/register", json={"redirect_uris": [REDIRECT]})).status_code
+                   for _ in range(3)]
+        assert answers == [201, 201, 429]
+        answers = [(await tokens(http, grant_type="refresh_token", refresh_token="mr_x")).status_code
+                   for _ in range(3)]
+        assert answers == [400, 400, 429]
+        r = await tokens(http, grant_type="refresh_token", refresh_token="mr_x")
+        assert r.headers["retry-after"]

@@ -15,7 +15,9 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
+from app import ratelimit
 from app.api import deps
+from app.api.auth import client_address
 from app.errors import Problem
 from app.mcp.auth import PATH, base_url
 from app.services import oauth
@@ -63,8 +65,17 @@ async def server_metadata(request: Request) -> Response:
     return deps.json(metadata_document(request))
 
 
+async def _throttle(request: Request, template: str) -> None:
+    """Unauthenticated endpoints: the rate limit is the caller's address's (a 429
+    problem, with Retry-After; MESH_RATELIMIT_ROUTES can tighten these two)."""
+    s = deps.state(request)
+    if s.ratelimiter is not None:
+        await ratelimit.require(s.ratelimiter, f"addr:{client_address(request)}", "POST", template)
+
+
 async def register(request: Request) -> Response:
     s = deps.state(request)
+    await _throttle(request, "/oauth/register")
     try:
         raw = await request.body()
         try:
@@ -116,6 +127,7 @@ def _hand_over(target: str) -> Response:
 
 async def token(request: Request) -> Response:
     s = deps.state(request)
+    await _throttle(request, "/oauth/token")
     try:
         declared = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
         if declared != "application/x-www-form-urlencoded":

@@ -88,12 +88,16 @@ async def revoke_by_previous_refresh(conn: Conn, old_hash: str) -> bool:
 
 
 async def live_grant(conn: Conn, grant_id: str, agent_id: str) -> asyncpg.Record | None:
-    """The grant with its agent, if neither is gone; marks it used."""
+    """The grant with its agent, if neither is gone. Marks it used, but at most once a
+    minute: every /mcp call asks, and a write per call would be a row version per call."""
     return await conn.fetchrow(
-        "UPDATE oauth_grants g SET last_used_at = now() FROM agents a "
-        "WHERE g.grant_id = $1 AND g.agent_id = $2 AND g.revoked_at IS NULL "
-        "AND a.agent_id = g.agent_id "
-        "RETURNING g.grant_id, g.client_id, g.resource, a.agent_id, a.owner_id, a.kind",
+        "WITH g AS (SELECT g.grant_id, g.client_id, g.resource, a.agent_id, a.owner_id, a.kind, "
+        "g.last_used_at FROM oauth_grants g JOIN agents a ON a.agent_id = g.agent_id "
+        "WHERE g.grant_id = $1 AND g.agent_id = $2 AND g.revoked_at IS NULL), "
+        "touched AS (UPDATE oauth_grants SET last_used_at = now() WHERE grant_id = "
+        "(SELECT grant_id FROM g WHERE last_used_at IS NULL "
+        "OR last_used_at < now() - interval '1 minute')) "
+        "SELECT grant_id, client_id, resource, agent_id, owner_id, kind FROM g",
         grant_id, agent_id)
 
 
