@@ -11,12 +11,14 @@ import hashlib
 import html
 import re
 import secrets
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs, urlencode, urlsplit
 
 import httpx
+import jwt
 import pytest
 import uvicorn
 from starlette.applications import Starlette
@@ -350,3 +352,24 @@ async def test_the_open_endpoints_are_rate_limited_per_address(migrated):
         assert answers == [400, 400, 429]
         r = await tokens(http, grant_type="refresh_token", refresh_token="mr_x")
         assert r.headers["retry-after"]
+
+
+async def test_access_tokens_are_bound_to_their_agent_resource_and_lifetime(mesh, gateway, migrated):
+    """Tokens forged with the gateway's own key (the worst case: a token that was
+    valid, altered) still fail unless agent, grant, audience and expiry all hold."""
+    owner, agent, issued, _client_id = await grant(mesh, gateway)
+    other = await owner.agent("ob")
+    claims = jwt.decode(issued["access_token"], options={"verify_signature": False})
+    assert claims["aud"] == f"{gateway}/mcp" and claims["sub"] == agent.agent_id
+
+    def forged(**change: Any) -> str:
+        return jwt.encode({**claims, **change}, migrated.jwt_secret, algorithm="HS256")
+
+    assert await mcp_status(gateway, forged()) == 200  # the control: unaltered, it works
+    now = int(time.time())
+    for token in (forged(exp=now - 1),
+                  forged(aud="https://elsewhere.example/mcp"),
+                  forged(sub=other.agent_id),          # the grant is for `agent`, not `other`
+                  forged(gid="og_not_a_grant"),
+                  jwt.encode(claims, "another-secret-" + "y" * 32, algorithm="HS256")):
+        assert await mcp_status(gateway, token) == 401
