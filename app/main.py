@@ -48,6 +48,7 @@ from app.errors import (
 )
 from app.health import close_bus_probes
 from app.inbox_hub import InboxHub
+from app.mcp import routes as mcp_routes
 from app.middleware import BodyLimit, EncodedSlashGuard, RequestMetrics, Traced
 from app.observability import init_sentry, setup_logging
 from app.ratelimit import RateLimiter
@@ -125,6 +126,7 @@ def create_app(settings: Settings | None = None) -> MeshApp:
     setup_logging(settings, "web")
     refuse_unsafe(settings)
     init_sentry(settings, "web")
+    mcp = mcp_routes.McpEndpoint(settings)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -164,7 +166,8 @@ def create_app(settings: Settings | None = None) -> MeshApp:
                                sse_recheck=Recheck(pool, settings.sse_recheck_seconds))
         configure_gc(settings)
         try:
-            yield
+            async with mcp.running():  # the SDK's task group for /mcp calls
+                yield
         finally:
             await wakeup.stop()
             await receipts.stop()
@@ -191,6 +194,7 @@ def create_app(settings: Settings | None = None) -> MeshApp:
         Route("/openapi.json", openapi_json, methods=["GET"]),
         Route("/docs", docs, methods=["GET"]),
         *a2a_routes.routes,
+        *mcp_routes.routes(mcp),  # remote MCP (JSON-RPC, not in /openapi.json)
     ]
     routes += console_routes()  # the owner console (HTML, not in /openapi.json)
     routes += index.routes  # `/`: the console for a browser, an index for a client

@@ -14,7 +14,6 @@ from app.errors import PROBLEM_JSON
 from app.metrics import HTTP_REQUESTS
 from app.sse_response import OUTSIDE
 
-
 _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 
 

@@ -179,6 +179,21 @@ class Settings(BaseSettings):
     webhook_sweep_seconds: float = Field(default=5.0, gt=0)
     # POSTs in flight at once per webhook process (each agent has at most one).
     webhook_concurrency: int = Field(default=64, ge=1)
+
+    # --- remote MCP (/mcp, ADR 040) -------------------------------------------
+    # Browser origins besides the gateway's own that may call /mcp (a hosted
+    # client's web page); any other Origin header is refused with 403. JSON list.
+    mcp_allowed_origins: list[str] = Field(default_factory=list)
+    # A client's calls count as its agent's heartbeat, at most once this often per
+    # web process (a heartbeat is a write).
+    mcp_heartbeat_interval_seconds: float = Field(default=30.0, ge=0)
+    # OAuth 2.1 for /mcp clients: codes, access tokens and (rotating) refresh tokens.
+    oauth_code_ttl_seconds: int = Field(default=300, ge=10)
+    oauth_access_token_ttl_seconds: int = Field(default=3600, ge=60)
+    oauth_refresh_token_ttl_seconds: int = Field(default=30 * 24 * 3600, ge=60)
+    # Client ids that are metadata-document URLs are fetched like webhook targets:
+    # private and loopback hosts (and plain http) only when this is set (tests, dev).
+    oauth_client_fetch_allow_private: bool = False
     # How long a process's claim on an agent's delivery lasts without renewal.
     webhook_lease_seconds: float = Field(default=120.0, gt=0)
     webhook_response_max_bytes: int = Field(default=4096, ge=0)

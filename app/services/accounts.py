@@ -19,6 +19,7 @@ from app.services.principals import Agent, Owner
 from app.settings import Settings
 from app.store import agents as agents_store
 from app.store import keys as keys_store
+from app.store import oauth as oauth_store
 from app.store import users as users_store
 from app.writes import writes
 
@@ -150,6 +151,8 @@ async def _resolve(pool: asyncpg.Pool, settings: Settings, token: str) -> Owner 
 async def still_valid(pool: asyncpg.Pool, who: Agent) -> bool:
     """Whether an already-authenticated agent's credentials still hold (long-lived
     streams re-check after a revocation notice, and now and then anyway)."""
+    if who.grant_id is not None:  # an OAuth client's grant
+        return await oauth_store.is_live(pool, who.grant_id, who.agent_id)
     if who.key_id is None:  # an owner acting as its virtual user
         return await agents_store.get(pool, who.agent_id) is not None
     return await keys_store.live_agent(pool, who.key_id, who.agent_id) is not None
@@ -240,6 +243,9 @@ async def revoke_key(pool: asyncpg.Pool, owner: Owner, agent_id: str, key_id: st
         await owned_agent(tx.conn, owner, agent_id)
         if not await keys_store.revoke(tx.conn, agent_id, key_id):
             raise not_found(f"no key '{key_id}' on agent '{agent_id}'")
+        # Revoking a key is the owner cutting the agent off: the OAuth clients acting
+        # as it are cut off with it (they hold no key of their own), ADR 040.
+        await oauth_store.revoke_for_agent(tx.conn, agent_id)
         if auth_changed is not None:
             tx.after_commit(functools.partial(auth_changed, agent_id))
 

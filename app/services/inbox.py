@@ -210,3 +210,36 @@ async def ack(pool: asyncpg.Pool, me: Agent, seq: int) -> dict[str, Any]:
     if row is None:
         raise not_found(f"unknown agent '{me.agent_id}'")
     return {"acked_seq": row["acked_seq"], "inbox_seq": row["inbox_seq"]}
+
+
+async def claim(pool: asyncpg.Pool, hub: InboxHub, me: Agent, *, limit: int, wait: float,
+                recheck: float, receipts: ReceiptBatcher | None = None) -> list[WireEvent]:
+    """The events after the acked cursor, acked as they are handed over: for a client
+    with no cursor of its own (a remote MCP client), so that two clients of one agent
+    never both get an event. Waits up to ``wait`` seconds for the first one."""
+    events = await _claim(pool, me.agent_id, limit)
+    if not events and wait > 0:
+        deadline = time.monotonic() + wait
+        with LONGPOLL_WAITING.track_inprogress():
+            async with hub.watch(me.agent_id, LONG_POLL) as waiter:
+                events = await _claim(pool, me.agent_id, limit)  # registered: nothing slips by
+                while not events:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        break
+                    await waiter.wait(min(remaining, recheck))
+                    # A claim acks what it hands over, so a revocation during the wait
+                    # must be seen before the claim, not after (the long-poll checks after).
+                    waiter.auth_changed = False
+                    if not await accounts.still_valid(pool, me):
+                        raise unauthorized(REVOKED)
+                    events = await _claim(pool, me.agent_id, limit)
+    await record_delivery(receipts or pool, me.agent_id, events)
+    return events
+
+
+async def _claim(pool: asyncpg.Pool, agent_id: str, limit: int) -> list[WireEvent]:
+    events = await inbox_store.claim(pool, agent_id, limit)
+    if events is None:
+        raise not_found(f"unknown agent '{agent_id}'")
+    return events

@@ -23,3 +23,6 @@ class Agent:
     key_id: str | None = None
     # The token's ``exp`` (Unix time), decoded once with it; long-lived streams end then.
     expires_at: float | None = None
+    # The OAuth grant an MCP client's access token carries (ADR 040); it holds only
+    # while the grant is live, so streams and waits re-check the grant, not a key.
+    grant_id: str | None = None

@@ -121,3 +121,20 @@ async def newest_seqs(conn: Conn, agent_ids: list[str]) -> dict[str, int]:
         "WHERE i.agent_id = w.agent_id), 0) AS newest FROM unnest($1::text[]) AS w(agent_id)",
         agent_ids)
     return {r["agent_id"]: int(r["newest"]) for r in rows}
+
+
+async def claim(pool: asyncpg.Pool, agent_id: str, limit: int) -> list[WireEvent] | None:
+    """Hand over the events after the acked cursor and ack them, in one transaction
+    that holds the agent's row: two readers claiming at once get disjoint events (the
+    second waits for the first, then reads after what it acked). None: no such agent."""
+    async with pool.acquire() as conn, conn.transaction():
+        row = await conn.fetchrow(
+            "SELECT acked_seq FROM agents WHERE agent_id = $1 FOR UPDATE", agent_id)
+        if row is None:
+            return None
+        events = await after(conn, agent_id, int(row["acked_seq"]), limit)
+        if events:
+            await conn.execute(
+                "UPDATE agents SET acked_seq = GREATEST(acked_seq, LEAST($2::bigint, inbox_seq)) "
+                "WHERE agent_id = $1", agent_id, events[-1].seq)
+        return events

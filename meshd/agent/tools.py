@@ -20,13 +20,14 @@ from typing import Any
 from claude_agent_sdk import SdkMcpTool, create_sdk_mcp_server, tool
 from claude_agent_sdk.types import McpSdkServerConfig
 
+from meshd.catalogue import SPECS
 from meshd.client import MeshClient
 from meshd.errors import ConflictError, MeshError
 from meshd.ids import derived_message_id, derived_task_id
 from meshd.mcp_server import explain, task_brief
 from meshd.mcp_teams import timeline_brief
 from meshd.models import InboxEvent, Part, text_part
-from meshd.task_states import STATES, TRANSITIONS
+from meshd.task_states import TRANSITIONS
 
 SERVER = "mesh"
 # Moves the serving agent makes from `working` but not straight from `submitted`.
@@ -86,15 +87,10 @@ def _err(text: str) -> dict[str, Any]:
     return {"content": [{"type": "text", "text": text}], "is_error": True}
 
 
-def _obj(props: dict[str, Any], required: list[str]) -> dict[str, Any]:
-    return {"type": "object", "properties": props, "required": required}
-
-
-_S = {"type": "string"}
-_DATA = {"type": "object", "description": "Optional structured data, sent as a data part"}
-_LEVEL = {"type": "string", "enum": ["low", "medium", "high"],
-          "description": "How complex the request is (effort, handshake; default: the receiver infers)"}
-_HANDSHAKE = {"type": "boolean", "description": "false: the receiver may skip confirming its understanding"}
+def _schema(name: str) -> dict[str, Any]:
+    """The tool's input schema: the catalogue's, as ``mesh mcp`` and the gateway's ``/mcp``
+    offer it (the descriptions here are a run's own: it ends after sending)."""
+    return SPECS[name].input_schema
 
 
 def send_metadata(args: dict[str, Any]) -> dict[str, Any]:
@@ -118,32 +114,35 @@ def build_tools(run: RunContext) -> list[SdkMcpTool[Any]]:
         except ValueError as e:
             return _err(f"Invalid input: {e}")
 
-    @tool("mesh_whoami", "Who you are on the mesh: your agent_id, description and status.", _obj({}, []))
+    @tool("mesh_whoami", "Who you are on the mesh: your agent_id, description and status.",
+          _schema("mesh_whoami"))
     async def whoami(args: dict[str, Any]) -> dict[str, Any]:
         return await guarded("mesh_whoami", c.me())
 
-    @tool("mesh_list_friends", "Your friends (agents you may message) and pending requests.", _obj({}, []))
+    @tool("mesh_list_friends", "Your friends (agents you may message) and pending requests.",
+          _schema("mesh_list_friends"))
     async def friends(args: dict[str, Any]) -> dict[str, Any]:
         return await guarded("mesh_list_friends", c.friends())
 
-    @tool("mesh_list_groups", "The groups you belong to (you may message any member).", _obj({}, []))
+    @tool("mesh_list_groups", "The groups you belong to (you may message any member).",
+          _schema("mesh_list_groups"))
     async def groups(args: dict[str, Any]) -> dict[str, Any]:
         async def run_() -> Any:
             return {"groups": await c.groups()}
 
         return await guarded("mesh_list_groups", run_())
 
-    @tool("mesh_get_roster", "The members of one of your groups.", _obj({"group_id": _S}, ["group_id"]))
+    @tool("mesh_get_roster", "The members of one of your groups.", _schema("mesh_get_roster"))
     async def roster(args: dict[str, Any]) -> dict[str, Any]:
         return await guarded("mesh_get_roster", c.roster(str(args.get("group_id", ""))))
 
     @tool("mesh_get_agent_card", "Another agent's card: what it does and its skills.",
-          _obj({"agent_id": _S}, ["agent_id"]))  # fmt: skip
+          _schema("mesh_get_agent_card"))
     async def card(args: dict[str, Any]) -> dict[str, Any]:
         return await guarded("mesh_get_agent_card", c.card(str(args.get("agent_id", ""))))
 
     @tool("mesh_get_task", "A task with its state, every message and artifacts.",
-          _obj({"task_id": _S}, ["task_id"]))  # fmt: skip
+          _schema("mesh_get_task"))
     async def get_task(args: dict[str, Any]) -> dict[str, Any]:
         async def run_() -> Any:
             return task_brief(await c.get_task(str(args.get("task_id", ""))))
@@ -154,8 +153,7 @@ def build_tools(run: RunContext) -> list[SdkMcpTool[Any]]:
         "mesh_send_message",
         "Ask another agent for something: opens a new task with your message. Pass context_id to keep "
         "the conversation together. The answer arrives in a later run; end this run after sending.",
-        _obj({"to_agent_id": _S, "text": _S, "context_id": _S, "data": _DATA, "complexity": _LEVEL,
-              "handshake": _HANDSHAKE}, ["to_agent_id", "text"]),
+        _schema("mesh_send_message"),
     )
     async def send(args: dict[str, Any]) -> dict[str, Any]:
         key = run.key("mesh_send_message")
@@ -180,7 +178,7 @@ def build_tools(run: RunContext) -> list[SdkMcpTool[Any]]:
     @tool(
         "mesh_reply",
         "Answer on an existing task: adds a message the other agent receives.",
-        _obj({"task_id": _S, "text": _S, "data": _DATA}, ["task_id", "text"]),
+        _schema("mesh_reply"),
     )
     async def reply(args: dict[str, Any]) -> dict[str, Any]:
         key = run.key("mesh_reply")
@@ -216,9 +214,8 @@ def build_tools(run: RunContext) -> list[SdkMcpTool[Any]]:
         "Move a task to another state. As its serving agent: working, then completed when answered, "
         "failed (with the reason in message) or input-required (with your question). Either side may "
         "cancel.",
-        _obj({"task_id": _S, "state": {"type": "string", "enum": list(STATES)}, "message": _S},
-             ["task_id", "state"]),
-    )  # fmt: skip
+        _schema("mesh_set_task_status"),
+    )
     async def set_status(args: dict[str, Any]) -> dict[str, Any]:
         key = run.key("mesh_set_task_status")
         task_id = str(args.get("task_id", ""))
@@ -247,7 +244,7 @@ def build_tools(run: RunContext) -> list[SdkMcpTool[Any]]:
     # Teams. A group post and a broadcast carry no id the gateway could
     # recognise a repeat by, so a run repeated after a crash may post them twice.
     @tool("mesh_notify_group", "Post to one of your groups: every other member gets it.",
-          _obj({"group_id": _S, "text": _S}, ["group_id", "text"]))  # fmt: skip
+          _schema("mesh_notify_group"))
     async def notify_group(args: dict[str, Any]) -> dict[str, Any]:
         async def run_() -> Any:
             out = await c.post_group(str(args.get("group_id", "")), str(args.get("text", "")))
@@ -261,11 +258,8 @@ def build_tools(run: RunContext) -> list[SdkMcpTool[Any]]:
         "Ask several agents the same thing (to_agent_ids, or group_id for every other member): "
         "one task each in one context. One broadcast.completed wakes you later when the policy "
         "(all / any / n completed) is met, cannot be met, or timeout_seconds pass; end this run.",
-        _obj({"text": _S, "to_agent_ids": {"type": "array", "items": _S}, "group_id": _S,
-              "policy": {"type": "string", "enum": ["all", "any", "n"]},
-              "n": {"type": "integer", "minimum": 1},
-              "timeout_seconds": {"type": "integer", "minimum": 1}}, ["text"]),
-    )  # fmt: skip
+        _schema("mesh_broadcast"),
+    )
     async def broadcast(args: dict[str, Any]) -> dict[str, Any]:
         async def run_() -> Any:
             to = args.get("to_agent_ids")
@@ -279,8 +273,7 @@ def build_tools(run: RunContext) -> list[SdkMcpTool[Any]]:
         return await guarded("mesh_broadcast", run_())
 
     @tool("mesh_get_timeline", "A conversation (context) from the start: tasks, messages, "
-          "state changes, artifacts in order.", _obj({"context_id": _S, "cursor": _S},
-                                                     ["context_id"]))  # fmt: skip
+          "state changes, artifacts in order.", _schema("mesh_get_timeline"))
     async def timeline(args: dict[str, Any]) -> dict[str, Any]:
         async def run_() -> Any:
             page = await c.timeline(str(args.get("context_id", "")),
@@ -291,7 +284,7 @@ def build_tools(run: RunContext) -> list[SdkMcpTool[Any]]:
         return await guarded("mesh_get_timeline", run_())
 
     @tool("mesh_search_directory", "Find listed agents by words and skill (befriend one before "
-          "messaging it).", _obj({"query": _S, "skill": _S}, []))  # fmt: skip
+          "messaging it).", _schema("mesh_search_directory"))
     async def directory(args: dict[str, Any]) -> dict[str, Any]:
         async def run_() -> Any:
             page = await c.directory(str(args.get("query") or ""),

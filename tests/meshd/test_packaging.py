@@ -13,7 +13,7 @@ import tomllib
 from tests.meshd.support import REPO
 
 MESHD = REPO / "meshd"
-ALLOWED = {"meshd", "httpx", "httpx_sse", "mcp", "pydantic"}
+ALLOWED = {"meshd", "httpx", "httpx_sse", "jsonschema", "mcp", "pydantic"}
 # Optional extras: the sub-package that may import each (meshd/pyproject.toml's optional-dependencies).
 EXTRAS = {"claude_agent_sdk": MESHD / "agent"}
 
@@ -21,7 +21,7 @@ EXTRAS = {"claude_agent_sdk": MESHD / "agent"}
 def test_distribution_metadata():
     meta = tomllib.loads((MESHD / "pyproject.toml").read_text())
     deps = {d.split(">")[0].split("<")[0].split("=")[0] for d in meta["project"]["dependencies"]}
-    assert deps == {"httpx", "httpx-sse", "mcp", "pydantic"}
+    assert deps == {"httpx", "httpx-sse", "jsonschema", "mcp", "pydantic"}
     assert meta["project"]["scripts"] == {"mesh": "meshd.cli:main"}
     assert meta["tool"]["setuptools"]["package-dir"] == {"meshd": "."}
     # every folder with modules is a package the distribution ships
