@@ -21,7 +21,20 @@ from starlette.types import ASGIApp
 from app import db, health, openapi
 from app.a2a import routes as a2a_routes
 from app.after_commit import AfterCommit
-from app.api import admin, auth, inbox, index, mesh, owners, sse, tasks, teams, timeline, webhooks
+from app.api import (
+    admin,
+    auth,
+    inbox,
+    index,
+    mesh,
+    owners,
+    publications,
+    sse,
+    tasks,
+    teams,
+    timeline,
+    webhooks,
+)
 from app.api.deps import State, state
 from app.auth_throttle import AuthThrottle
 from app.console.routes import console_routes
@@ -90,7 +103,8 @@ class MeshApp(Starlette):
 
 def api_routes() -> list[BaseRoute]:
     return [*auth.routes, *owners.routes, *mesh.routes, *tasks.routes, *inbox.routes, *sse.routes,
-            *admin.routes, *timeline.routes, *teams.routes, *webhooks.routes]
+            *admin.routes, *timeline.routes, *teams.routes, *webhooks.routes,
+            *publications.routes]
 
 
 def refuse_unsafe(settings: Settings) -> None:
