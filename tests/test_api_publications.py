@@ -348,6 +348,8 @@ async def test_other_bad_input_is_4xx_problem_json(mesh: MeshFactory, db):
     problem(await alice.get("/v1/publications", params={"limit": "ten"}), 422, "limit")
     problem(await alice.get("/v1/publications", params={"q": "x" * 201}), 422, "q")
     problem(await alice.get("/v1/publications", params={"tag": "x" * 201}), 422, "tag")
+    problem(await alice.get("/v1/publications", params={"q": "a\x00b"}), 422, "q", "NUL")
+    problem(await alice.get("/v1/publications", params={"tag": "a\x00b"}), 422, "tag", "NUL")
     assert ok(await alice.get("/v1/publications", params={"q": "\"unbalanced -( or"}))
     problem(await agent.get("/v1/publications"), 403, "owner token")
     problem(await agent.post("/v1/publications", {}), 403, "owner token")

@@ -6,7 +6,17 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from app.api.deps import body, doc, int_query, json, owner, query_param, state, valid_id
+from app.api.deps import (
+    body,
+    check_storable,
+    doc,
+    int_query,
+    json,
+    owner,
+    query_param,
+    state,
+    valid_id,
+)
 from app.errors import Problem
 from app.responses import AgentOut, PublicationOut, PublicationPage
 from app.schemas import PublicationCreate, PublicationFork
@@ -39,6 +49,8 @@ async def list_publications(request: Request) -> Response:
     for name in ("q", "tag"):
         if len(q.get(name, "")) > Q_MAX:
             raise Problem(422, f"{name} is longer than {Q_MAX} characters")
+    # A NUL byte would reach Postgres as a 500: a 422 naming the parameter.
+    check_storable({"q": q.get("q", ""), "tag": q.get("tag", "")})
     limit = int_query(request, "limit", default=20, minimum=1, maximum=100)
     assert limit is not None
     return json(await publications.search(state(request).pool, me, q=q.get("q", ""),

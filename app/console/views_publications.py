@@ -8,6 +8,7 @@ import re
 
 from starlette.responses import Response
 
+from app.api.deps import check_storable
 from app.console.views_agents import agent_page
 from app.console.web import ActionError, Ctx, action, back, page, validated
 from app.errors import Problem
@@ -40,6 +41,7 @@ async def browse(ctx: Ctx) -> Response:
     tag = (ctx.query.get("tag") or "").strip()
     if len(q) > 200 or len(tag) > 200:
         raise Problem(422, "the search words and the tag are at most 200 characters each")
+    check_storable({"q": q, "tag": tag})
     found = await publications.search(ctx.state.pool, ctx.owner, q=q, tag=tag or None,
                                       limit=PAGE_SIZE, cursor=ctx.query.get("cursor") or None)
     return ctx.render("publications.html", nav="publications", found=found,

@@ -109,6 +109,10 @@ async def test_pages_and_refusals_without_javascript(open_page, mesh, uniq):
     await expect(page.get_by_role("link", name="More publications")).to_have_count(0)
     assert sorted(seen) == sorted(f"/console/publications/{p}" for p in made)
 
+    resp = await page.goto("/console/publications?q=a%00b")
+    assert resp is not None and resp.status == 422
+    await expect(page.get_by_text("NUL")).to_be_visible()
+
     # Refusals appear next to the form that caused them.
     mine = await create_agent(page, "own")
     publish = page.locator("#publish")
