@@ -28,6 +28,7 @@ from app.api import (
     index,
     mesh,
     owners,
+    publications,
     runs,
     sse,
     tasks,
@@ -108,7 +109,8 @@ class MeshApp(Starlette):
 
 def api_routes() -> list[BaseRoute]:
     return [*auth.routes, *owners.routes, *mesh.routes, *tasks.routes, *inbox.routes, *sse.routes,
-            *admin.routes, *timeline.routes, *teams.routes, *webhooks.routes, *runs.routes]
+            *admin.routes, *timeline.routes, *teams.routes, *webhooks.routes,
+            *publications.routes, *runs.routes]
 
 
 def refuse_unsafe(settings: Settings) -> None:

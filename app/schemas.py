@@ -17,6 +17,12 @@ from pydantic import (
 
 from app.domain.task_states import TaskState
 from app.ids import ID_PATTERN, NAME_PATTERN, USERNAME_PATTERN
+from app.settings import (
+    PUBLICATION_SUMMARY_CEILING,
+    PUBLICATION_TAG_CEILING,
+    PUBLICATION_TAGS_CEILING,
+    PUBLICATION_TITLE_CEILING,
+)
 
 Id = Annotated[str, StringConstraints(pattern=ID_PATTERN)]
 AgentId = Annotated[str, StringConstraints(pattern=ID_PATTERN, max_length=80)]
@@ -242,3 +248,28 @@ class RunReport(Strict):
     @classmethod
     def _cut(cls, value: str | None) -> str | None:
         return value[:RUN_TEXT_MAX] if value is not None else None
+# --- publications ------------------------------------------------------------
+
+# A tag is one word of letters, digits and ._+- (so "c++", "node.js", "gpt-4" fit);
+# it is stored lowercased. The settings may lower every limit here, never raise it.
+TAG_PATTERN = rf"^[A-Za-z0-9][A-Za-z0-9._+-]{{0,{PUBLICATION_TAG_CEILING - 1}}}$"
+Tag = Annotated[str, StringConstraints(pattern=TAG_PATTERN)]
+
+
+class PublicationCreate(Strict):
+    source_agent_id: AgentId
+    title: Annotated[str, StringConstraints(strip_whitespace=True, min_length=1,
+                                            max_length=PUBLICATION_TITLE_CEILING)]
+    summary: Annotated[str, StringConstraints(strip_whitespace=True, min_length=1,
+                                              max_length=PUBLICATION_SUMMARY_CEILING)]
+    tags: Annotated[list[Tag], Field(max_length=PUBLICATION_TAGS_CEILING)] = []
+
+    @field_validator("tags")
+    @classmethod
+    def normalized(cls, value: list[str]) -> list[str]:
+        # One spelling per tag, so ?tag= finds "Python" and "python" alike.
+        return list(dict.fromkeys(t.lower() for t in value))
+
+
+class PublicationFork(Strict):
+    name: Annotated[str, StringConstraints(pattern=NAME_PATTERN)]

@@ -15,6 +15,13 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 # (:func:`refusals`), or anyone could sign owner and agent tokens.
 DEFAULT_JWT_SECRET = "dev-insecure-change-me-0123456789abcdef"
 
+# The most a publication's fields may ever hold (the settings below may only lower
+# them); app.schemas documents these in /openapi.json.
+PUBLICATION_TITLE_CEILING = 120
+PUBLICATION_SUMMARY_CEILING = 2000
+PUBLICATION_TAGS_CEILING = 10
+PUBLICATION_TAG_CEILING = 32
+
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="MESH_", extra="ignore")
@@ -200,6 +207,16 @@ class Settings(BaseSettings):
     # A caught-up lane waits this long for the next event before it gives its
     # lease and connection up (0: give them up at once).
     webhook_linger_seconds: float = Field(default=2.0, ge=0)
+
+    # --- publications (agents published as templates, ADR 043) ----------------
+    # Limits on what a publication carries. The request schema (app.schemas) has
+    # the same numbers as ceilings, so these may be lowered, never raised.
+    publication_title_max: int = Field(default=120, ge=1, le=PUBLICATION_TITLE_CEILING)
+    publication_summary_max: int = Field(default=2000, ge=1, le=PUBLICATION_SUMMARY_CEILING)
+    publication_tags_max: int = Field(default=10, ge=0, le=PUBLICATION_TAGS_CEILING)
+    publication_tag_max: int = Field(default=32, ge=1, le=PUBLICATION_TAG_CEILING)
+    # Publications one owner may have at once: listings are shared by every owner.
+    publications_per_owner_max: int = Field(default=50, ge=0)
 
     @property
     def bus_kind(self) -> Literal["kafka", "nats", "redis"]:

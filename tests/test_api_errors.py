@@ -238,6 +238,9 @@ DOCUMENTED_PATHS = {
     "/v1/mesh/inbox": {"get"},
     "/v1/mesh/inbox/ack": {"post"},
     "/v1/mesh/inbox/stream": {"get"},
+    "/v1/publications": {"post", "get"},
+    "/v1/publications/{publication_id}": {"get", "delete"},
+    "/v1/publications/{publication_id}/fork": {"post"},
 }
 
 
@@ -382,7 +385,7 @@ async def test_every_authenticated_operation_needs_a_token(mesh):
 async def test_owner_operations_refuse_agent_tokens(mesh):
     a, _ = await mesh.pair()
     for method, path in await _operations(mesh):
-        if not path.startswith(("/v1/agents", "/v1/groups")):
+        if not path.startswith(("/v1/agents", "/v1/groups", "/v1/publications")):
             continue
         resp = await a.http.request(method, _fill(path), headers=a.headers,
                                     json={} if method != "GET" else None)

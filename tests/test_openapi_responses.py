@@ -100,3 +100,21 @@ async def test_owner_responses_validate_against_their_schema(mesh) -> None:
     _check(spec, await owner.get(f"/v1/groups/g-{owner.username}"), "get",
            "/v1/groups/{group_id}")
     _check(spec, await owner.get("/v1/groups"), "get", "/v1/groups")
+
+
+async def test_publication_responses_validate_against_their_schema(mesh) -> None:
+    spec = await _spec(mesh)
+    owner, other = await mesh.owner(), await mesh.owner()
+    agent = ok(await owner.post("/v1/agents", {"name": "tpl"}), 201)
+    pub = _check(spec, await owner.post("/v1/publications", {
+        "source_agent_id": agent["agent_id"], "title": "t", "summary": "s", "tags": ["x"]}),
+        "post", "/v1/publications")
+    pid = pub["publication_id"]
+    _check(spec, await other.get(f"/v1/publications/{pid}"), "get",
+           "/v1/publications/{publication_id}")
+    page = _check(spec, await other.get("/v1/publications", params={"limit": 1}), "get",
+                  "/v1/publications")
+    assert page["publications"] and set(page["publications"][0]) == \
+        set(spec["components"]["schemas"]["PublicationOut"]["required"])
+    _check(spec, await other.post(f"/v1/publications/{pid}/fork", {"name": "copy"}), "post",
+           "/v1/publications/{publication_id}/fork")

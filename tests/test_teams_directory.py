@@ -78,3 +78,9 @@ async def test_pending_friend_requests_are_limited_per_agent(mesh: MeshFactory,
     ok(await accepted.post(f"/v1/mesh/friends/requests/{request_id}/accept"))
     late = next(t for t, r in zip(targets, results, strict=True) if r.status_code == 429)
     ok(await spammer.post("/v1/mesh/friends/requests", {"to_agent_id": late.agent_id}), 201)
+
+
+async def test_a_nul_in_the_search_is_422_not_500(mesh: MeshFactory) -> None:
+    a, _ = await mesh.pair()
+    for name in ("q", "skill"):
+        problem(await a.get("/v1/mesh/directory", params={name: "a\x00b"}), 422, name, "NUL")

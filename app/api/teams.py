@@ -6,7 +6,17 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from app.api.deps import agent, body, doc, int_query, json, query_param, state, valid_id
+from app.api.deps import (
+    agent,
+    body,
+    check_storable,
+    doc,
+    int_query,
+    json,
+    query_param,
+    state,
+    valid_id,
+)
 from app.errors import Problem
 from app.responses import (
     BroadcastOut,
@@ -79,6 +89,8 @@ async def directory_search(request: Request) -> Response:
     q = request.query_params
     if len(q.get("q", "")) > 200:
         raise Problem(422, "q is longer than 200 characters")
+    # A NUL byte would reach Postgres as a 500: a 422 naming the parameter.
+    check_storable({"q": q.get("q", ""), "skill": q.get("skill", "")})
     limit = int_query(request, "limit", default=20, minimum=1, maximum=100)
     assert limit is not None
     return json(await directory.search(state(request).pool, q=q.get("q", ""),

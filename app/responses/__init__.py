@@ -37,6 +37,7 @@ from app.responses.admin import (
 )
 from app.responses.base import Json, Out, Parts, Timestamp
 from app.responses.inbox import Acked, InboxEvent, InboxPage
+from app.responses.publications import PublicationOut, PublicationPage
 from app.responses.social import (
     Friend,
     FriendRequestOut,
@@ -117,6 +118,8 @@ __all__ = [
     "Parts",
     "PendingRequest",
     "Presence",
+    "PublicationOut",
+    "PublicationPage",
     "Receipt",
     "Registered",
     "RetriedAll",

@@ -47,6 +47,7 @@ class AgentOut(AgentSummary):
     updated_at: Timestamp
     instructions: str  # the agent's system prompt; owners and the agent itself only
     listed: bool  # in the directory; the owner opts in with PATCH
+    forked_from: str | None  # the publication it was forked from, if any
 
     @field_validator("skills", mode="before")
     @classmethod

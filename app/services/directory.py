@@ -7,13 +7,11 @@ limited per agent (``friend_requests_pending_max`` pending at once)."""
 
 from __future__ import annotations
 
-import base64
-import binascii
 import re
 
 import asyncpg
 
-from app.errors import bad_request
+from app import cursors
 from app.responses import DirectoryEntry, DirectoryPage
 from app.store import directory as store
 
@@ -31,21 +29,13 @@ async def search(pool: asyncpg.Pool, *, q: str, skill: str | None, limit: int,
 
 
 def encode_cursor(offset: int) -> str:
-    return base64.urlsafe_b64encode(f"o:{offset}".encode()).decode().rstrip("=")
+    return cursors.pack(f"o:{offset}")
 
 
 def decode_cursor(cursor: str) -> int:
     """The offset of a cursor this module issued: ``o:<digits>``, at most a Postgres
     bigint (anything larger would fail in the query, a 500)."""
-    try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
-    except (ValueError, binascii.Error) as exc:  # UnicodeDecodeError is a ValueError
-        raise _bad_cursor() from exc
-    match = _CURSOR.fullmatch(raw)
-    if match is None or int(match[1]) > OFFSET_MAX:
-        raise _bad_cursor()
-    return int(match[1])
-
-
-def _bad_cursor() -> Exception:
-    return bad_request("invalid cursor; pass the next_cursor of a previous page")
+    offset = int(cursors.unpack(cursor, _CURSOR)[1])
+    if offset > OFFSET_MAX:
+        raise cursors.invalid()
+    return offset

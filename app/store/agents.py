@@ -10,12 +10,14 @@ import asyncpg
 Conn = asyncpg.Connection | asyncpg.Pool
 
 COLUMNS = ("agent_id, owner_id, name, display_name, description, skills, kind, status, "
-           "last_heartbeat_at, inbox_seq, acked_seq, created_at, updated_at, instructions, listed")
+           "last_heartbeat_at, inbox_seq, acked_seq, created_at, updated_at, instructions, listed, "
+           "forked_from")
 
 
 async def create(conn: Conn, *, agent_id: str, owner_id: int, name: str, display_name: str,
                  description: str, skills: list[dict[str, Any]], kind: str = "normal",
-                 instructions: str = "") -> asyncpg.Record | None:
+                 instructions: str = "", forked_from: str | None = None
+                 ) -> asyncpg.Record | None:
     # An agent_id may be reused after its agent was deleted. Its seq numbers must
     # never be: the old inbox rows keep their (agent_id, seq) keys, and every
     # consumer (push fan-out, SSE Last-Event-ID, meshd's persisted cursor) skips a
@@ -24,11 +26,12 @@ async def create(conn: Conn, *, agent_id: str, owner_id: int, name: str, display
     # so the predecessor's events stay out of reach even with after=0.
     return await conn.fetchrow(
         f"INSERT INTO agents (agent_id, owner_id, name, display_name, description, skills, kind, "
-        f"instructions, inbox_seq, acked_seq, inbox_floor) "
-        f"SELECT $1, $2, $3, $4, $5, $6, $7, $8, s.top, s.top, s.top FROM "
+        f"instructions, forked_from, inbox_seq, acked_seq, inbox_floor) "
+        f"SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, s.top, s.top, s.top FROM "
         f"(SELECT COALESCE(max(seq), 0) AS top FROM inbox_events WHERE agent_id = $1) s "
         f"ON CONFLICT (agent_id) DO NOTHING RETURNING {COLUMNS}",
         agent_id, owner_id, name, display_name, description, skills, kind, instructions,
+        forked_from,
     )
 
 
