@@ -10,7 +10,9 @@ from __future__ import annotations
 import base64
 import binascii
 import re
+from datetime import UTC, datetime
 
+from app import ids
 from app.errors import Problem, bad_request
 
 
@@ -32,3 +34,29 @@ def unpack(cursor: str, pattern: re.Pattern[str]) -> re.Match[str]:
 
 def invalid() -> Problem:
     return bad_request("invalid cursor; pass the next_cursor of a previous page")
+
+
+# --- keysets over (time, id): lists newest first by a timestamp and an id -------
+
+_KEYSET = re.compile(r"(?P<stamp>[^|]+)\|(?P<key>.+)")
+
+
+def keyset(stamp: datetime, key: str) -> str:
+    """The cursor after the row (``stamp``, ``key``): the next page starts strictly
+    after it, so rows written meanwhile never shift a page."""
+    return pack(f"{stamp.isoformat()}|{key}")
+
+
+def unkeyset(cursor: str) -> tuple[datetime, str]:
+    match = unpack(cursor, _KEYSET)
+    key = match["key"]
+    try:
+        if not ids.is_valid_id(key):
+            raise ValueError("not an id")
+        when = datetime.fromisoformat(match["stamp"])
+        # The driver converts to UTC: a time near year 1 or 9999 with an offset
+        # would overflow there (a 500), so the range is checked here.
+        when.astimezone(UTC)
+    except (ValueError, OverflowError) as exc:
+        raise invalid() from exc
+    return when, key

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import asyncpg
 
+from app import cursors
 from app.responses.runs import RunOut, RunPage, TaskUsage, Usage, UsageDay
 from app.schemas import RunReport
-from app.services import accounts, keyset
+from app.services import accounts
 from app.services.principals import Agent, Owner
 from app.store import runs as runs_store
 
@@ -23,12 +24,12 @@ async def report(pool: asyncpg.Pool, me: Agent, body: RunReport) -> tuple[RunOut
 async def page(pool: asyncpg.Pool, owner: Owner, agent_id: str, *, limit: int,
                outcome: str | None, cursor: str | None) -> RunPage:
     await accounts.owned_agent(pool, owner, agent_id)
-    before = keyset.decode(cursor) if cursor else None
+    before = cursors.unkeyset(cursor) if cursor else None
     rows = await runs_store.page(pool, agent_id, limit=limit, outcome=outcome, before=before)
     shown = rows[:limit]
     more = len(rows) > limit
     return RunPage(runs=[RunOut.of(r) for r in shown],
-                   next_cursor=keyset.encode(shown[-1]["started_at"], shown[-1]["run_id"])
+                   next_cursor=cursors.keyset(shown[-1]["started_at"], shown[-1]["run_id"])
                    if more else None)
 
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import asyncpg
 
-from app import ids, tracing
+from app import cursors, ids, tracing
 from app.domain import task_states
 from app.domain.permissions import can_communicate, is_participant, side_of
 from app.errors import bad_request, conflict, forbidden, not_found
@@ -25,7 +25,7 @@ from app.responses import (
     TaskWithMessage,
 )
 from app.schemas import ArtifactIn, MessageIn, StatusChange, TaskCreate, dump_parts
-from app.services import broadcasts, keyset, task_creates
+from app.services import broadcasts, task_creates
 from app.services import runs as runs_service
 from app.services.hashing import content_hash
 from app.services.principals import Agent
@@ -223,11 +223,11 @@ async def list_tasks(pool: asyncpg.Pool, me: Agent, *, state: str | None,
 
 
 def encode_cursor(row: asyncpg.Record | dict[str, Any]) -> str:
-    return keyset.encode(row["created_at"], row["task_id"])
+    return cursors.keyset(row["created_at"], row["task_id"])
 
 
 def decode_cursor(cursor: str) -> tuple[datetime, str]:
-    return keyset.decode(cursor)
+    return cursors.unkeyset(cursor)
 
 
 # --- messages ------------------------------------------------------------------------
