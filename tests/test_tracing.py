@@ -170,6 +170,19 @@ async def test_a2a_in_nats_between_webhook_and_long_poll_out_is_one_trace(
             page = await b.inbox(wait=0)
             assert any(e.get("traceparent", "").split("-")[1:2] == [trace_id]
                        for e in page["events"])
+            # A remote MCP tool call names its trace in _meta.traceparent.
+            mcp_trace = secrets.token_hex(16)
+            call = await a.http.post("/mcp", json={
+                "jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+                    "name": "mesh_send_message",
+                    "arguments": {"to_agent_id": b.agent_id, "text": "over MCP"},
+                    "_meta": {"traceparent": f"00-{mcp_trace}-{secrets.token_hex(8)}-01",
+                              "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                              "io.modelcontextprotocol/clientCapabilities": {}}}},
+                headers={"Authorization": f"Bearer {a.api_key}", "MCP-Protocol-Version":
+                         "2026-07-28", "Mcp-Method": "tools/call", "Mcp-Name": "mesh_send_message",
+                         "Accept": "application/json, text/event-stream"})
+            assert call.status_code == 200 and "error" not in call.json(), call.text
         want = {("agent-mesh-web", "mesh.send"), ("agent-mesh-outbox", "mesh.relay"),
                 ("agent-mesh-push", "mesh.push"), ("agent-mesh-webhook", "mesh.deliver"),
                 ("agent-mesh-web", "mesh.deliver")}
@@ -177,6 +190,10 @@ async def test_a2a_in_nats_between_webhook_and_long_poll_out_is_one_trace(
         how = {s["service"]: {t["value"] for t in s["tags"] if t["key"] == "mesh.delivery"}
                for s in spans if s["operationName"] == "mesh.deliver"}
         assert how["agent-mesh-webhook"] == {"webhook"} and "long-poll" in how["agent-mesh-web"]
+        await _spans(jaeger, mcp_trace, {("agent-mesh-web", "mesh.mcp.call"),
+                                         ("agent-mesh-web", "mesh.transaction"),
+                                         ("agent-mesh-outbox", "mesh.relay"),
+                                         ("agent-mesh-webhook", "mesh.deliver")})
     finally:
         await rx.stop()
         for proc in procs:

@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 
+from app import tracing
 from app.api import deps
 from app.errors import Problem, validation_problem
 from app.responses import AgentOut, MemberGroups
@@ -199,7 +200,21 @@ async def search_directory(ctx: Any, a: dict[str, Any]) -> Any:
     return directory_brief(_out(page))
 
 
-HANDLERS: dict[str, Handler] = {
+def _traced(name: str, handler: Handler) -> Handler:
+    """A tool call as a span under the caller's ``_meta.traceparent`` (ADR 042), so
+    what the call writes joins the caller's trace; no cost while tracing is off."""
+    async def call(ctx: Any, a: dict[str, Any]) -> Any:
+        if not tracing.enabled:
+            return await handler(ctx, a)
+        meta = getattr(ctx, "meta", None)
+        parent = meta.get(tracing.TRACEPARENT) if isinstance(meta, dict) else None
+        with tracing.span("mesh.mcp.call", traceparent=parent if isinstance(parent, str) else None,
+                          attributes={"mcp.tool": name}):
+            return await handler(ctx, a)
+    return call
+
+
+_TOOLS: dict[str, Handler] = {
     "mesh_whoami": whoami,
     "mesh_list_friends": friends,
     "mesh_list_groups": groups,
@@ -215,3 +230,4 @@ HANDLERS: dict[str, Handler] = {
     "mesh_get_timeline": get_timeline,
     "mesh_search_directory": search_directory,
 }
+HANDLERS: dict[str, Handler] = {name: _traced(name, h) for name, h in _TOOLS.items()}
