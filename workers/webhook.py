@@ -10,13 +10,11 @@ no calls until a half-open probe after a cool-down that doubles with each
 failed probe. Nothing is dropped: unacked events stay in the inbox for SSE,
 long-poll, or the webhook once it answers again.
 
-Each agent has its own task (a lane), so a slow or dead endpoint delays only its
-own agent; at most ``MESH_WEBHOOK_CONCURRENCY`` POSTs are in flight at once. A
-lane holds a lease on the agent's ``agent_webhooks`` row, so several webhook
-processes never deliver one agent at the same time. Lanes start on the commit
-and event notices every web process and push worker publish already
-(app.delivery), on a registration's notice, and on a periodic sweep, the
-safety net for notices lost while Redis was away or sent to another process.
+Each agent has its own lane (workers/lanes.py, shared with the A2A bridge), so a
+slow or dead endpoint delays only its own agent; at most
+``MESH_WEBHOOK_CONCURRENCY`` POSTs are in flight at once. A lane holds a lease on
+the agent's ``agent_webhooks`` row, so several webhook processes never deliver
+one agent at the same time.
 
 Run: ``python -m workers.webhook`` (the Procfile ``webhook`` process).
 """
@@ -33,11 +31,9 @@ from typing import Any
 import asyncpg
 import httpx
 
-from app import delivery
 from app.event_wire import WireEvent
 from app.metrics import WEBHOOK_BREAKERS_OPEN
-from app.redis_follow import follow
-from app.retry import Backoff, Schedule
+from app.retry import Schedule
 from app.services import inbox
 from app.services.principals import Agent
 from app.settings import Settings
@@ -46,175 +42,72 @@ from app.store import inbox as inbox_store
 from app.store import webhooks as webhooks_store
 from app.webhook_signing import Sealer, signature_headers
 from workers import runtime
+from workers.lanes import DB_ERRORS, LaneWorker
 from workers.webhook_post import Outcome, Poster
 
 log = logging.getLogger("mesh.webhook")
 
 # Events read from Postgres per round of one lane.
 BATCH = 100
-# Webhooks looked at per sweep.
-SWEEP_LIMIT = 50_000
-_DB_ERRORS = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError)
 
 
-class WebhookWorker:
+class WebhookWorker(LaneWorker):
+    label = "webhook"
+    log = log
+
     def __init__(self, settings: Settings, pool: asyncpg.Pool) -> None:
-        self.settings = settings
-        self.pool = pool
-        self.name = runtime.consumer_name()  # this process's lease owner name
+        super().__init__(settings, pool, webhooks_store.LEASES,
+                         lease_seconds=settings.webhook_lease_seconds,
+                         sweep_seconds=settings.webhook_sweep_seconds,
+                         retry=Schedule(base=settings.webhook_retry_base_seconds,
+                                        cap=max(settings.webhook_retry_cap_seconds,
+                                                settings.webhook_retry_base_seconds)))
         self.poster = Poster(settings)
         self.sealer = Sealer.from_settings(settings)
-        self.retry = Schedule(base=settings.webhook_retry_base_seconds,
-                              cap=max(settings.webhook_retry_cap_seconds,
-                                      settings.webhook_retry_base_seconds))
         self.cooldown = Schedule(base=settings.webhook_cooldown_seconds,
                                  cap=max(settings.webhook_cooldown_max_seconds,
                                          settings.webhook_cooldown_seconds), jitter=0.1)
-        self._lease = settings.webhook_lease_seconds
         self._slots = asyncio.Semaphore(settings.webhook_concurrency)
-        self._known: set[str] = set()  # agents with a webhook, as of the last sweep
-        self._due: set[str] = set()
-        self._lanes: dict[str, asyncio.Task[None]] = {}
-        self._kicks: dict[str, asyncio.Event] = {}  # cut a lane's retry wait short
-        self._timers: dict[str, asyncio.TimerHandle] = {}
-        self._wake = asyncio.Event()
-        self._sweep_now = True
-        self._stopping = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
-        self._follower: asyncio.Task[None] | None = None
         self.delivered = 0
         self.failed = 0
 
-    # --- what starts a lane -------------------------------------------------------
-
-    def poke(self, agent_id: str) -> None:
-        self._due.add(agent_id)
-        self._wake.set()
-
-    def _notice(self, data: bytes) -> None:
-        notice = delivery.parse_notice(data)
-        if notice.webhook:
-            self._known.add(notice.agent_id)
-            kick = self._kicks.get(notice.agent_id)
-            if kick is not None:
-                kick.set()  # a new registration: retry now, not after the backoff
-            self.poke(notice.agent_id)
-        elif notice.kind in ("event", "commit") and notice.agent_id in self._known:
-            self.poke(notice.agent_id)
-
-    def _resubscribed(self) -> None:
-        self._sweep_now = True  # notices published meanwhile are lost: look at Postgres
-        self._wake.set()
-
-    def _later(self, agent_id: str, seconds: float) -> None:
-        """Start the agent's lane again in ``seconds`` (a cool-down, a long retry)."""
-        old = self._timers.pop(agent_id, None)
-        if old is not None:
-            old.cancel()
-        loop = asyncio.get_running_loop()
-        self._timers[agent_id] = loop.call_later(seconds, self._timer_fired, agent_id)
-
-    def _timer_fired(self, agent_id: str) -> None:
-        self._timers.pop(agent_id, None)
-        self.poke(agent_id)
-
-    async def sweep(self) -> None:
-        rows = await webhooks_store.sweep(self.pool, SWEEP_LIMIT)
-        self._known = {r["agent_id"] for r in rows}
-        for row in rows:
-            if row["due"]:
-                self.poke(row["agent_id"])
+    async def after_sweep(self) -> None:
         WEBHOOK_BREAKERS_OPEN.set(await webhooks_store.open_breakers(self.pool))
 
-    # --- the main loop ------------------------------------------------------------
+    async def start(self) -> None:
+        await super().start()
+        log.info("webhook worker started as %s", self.name)
 
-    async def run(self) -> None:
-        loop = asyncio.get_running_loop()
-        backoff = Backoff("webhook_sweep", stop=self._stopping, logger=log)
-        next_sweep = 0.0
-        while not self._stopping.is_set():
-            if self._sweep_now or loop.time() >= next_sweep:
-                self._sweep_now = False
-                try:
-                    await self.sweep()
-                    backoff.reset()
-                except _DB_ERRORS as exc:
-                    await backoff.wait(f"could not sweep the webhooks ({exc})")
-                    continue
-                next_sweep = loop.time() + self.settings.webhook_sweep_seconds
-            for agent_id in list(self._due):
-                if agent_id not in self._lanes:
-                    self._due.discard(agent_id)
-                    self._start_lane(agent_id)
-            self._wake.clear()
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(max(next_sweep - loop.time(), 0.0)):
-                    await self._wake.wait()
-
-    def _start_lane(self, agent_id: str) -> None:
-        task = asyncio.create_task(self._lane(agent_id), name=f"webhook:{agent_id}")
-        self._lanes[agent_id] = task
-        self._kicks[agent_id] = asyncio.Event()
-
-        def done(_: asyncio.Task[None]) -> None:
-            self._lanes.pop(agent_id, None)
-            self._kicks.pop(agent_id, None)
-            self._wake.set()  # a poke that came while it ran starts it again
-
-        task.add_done_callback(done)
+    async def stopped(self) -> None:
+        log.info("webhook worker stopped: %d delivered, %d failed attempts", self.delivered,
+                 self.failed)
 
     # --- one agent ----------------------------------------------------------------
 
-    async def _lane(self, agent_id: str) -> None:
-        try:
-            row = await webhooks_store.claim(self.pool, agent_id, self.name, self._lease)
-            if row is None:
-                return  # another process delivers it, or the webhook is gone
-            try:
-                async with self.poster.client() as client:
-                    await self._deliver(client, agent_id, row)
-            finally:
-                if await webhooks_store.release(self.pool, agent_id, self.name):
-                    self.poke(agent_id)  # committed while we finished: go on
-        except Exception as exc:  # a lane must never end silently: try again later
-            # The lease (if held) lapses by itself; nothing was acked that was not sent.
-            log.warning("webhook %s: delivery round failed (%s: %s); retrying shortly",
-                        agent_id, type(exc).__name__, exc)
-            self._later(agent_id, self.retry.delay(1))
+    async def serve(self, agent_id: str, row: asyncpg.Record) -> None:
+        async with self.poster.client() as client:
+            await self._deliver(client, agent_id, row)
 
     async def _deliver(self, client: httpx.AsyncClient, agent_id: str,
                        row: asyncpg.Record | None) -> None:
-        while row is not None and not self._stopping.is_set():
+        while row is not None and not self.stopping:
             wait = float(row["wait_seconds"])
             if wait > 0:
                 if row["breaker"] == "open" or wait > self._lease / 3:
-                    self._later(agent_id, wait)  # a cool-down: give the lease up
+                    self.later(agent_id, wait)  # a cool-down: give the lease up
                     return
-                await self._pause(agent_id, wait)
-                row = await webhooks_store.renew(self.pool, agent_id, self.name, self._lease)
+                await self.pause(agent_id, wait)
+                row = await self.renew(agent_id)
                 continue
             events = await inbox_store.after(self.pool, agent_id, int(row["cursor"]), BATCH)
             if not events:
                 return
             for event in events:
-                if row is None or event.seq <= int(row["cursor"]) or self._stopping.is_set():
+                if row is None or event.seq <= int(row["cursor"]) or self.stopping:
                     break  # acked meanwhile by another reader, or stopping
                 row = await self._one(client, agent_id, row, event)
                 if row is not None and row["failures"]:
                     break  # wait for the retry, then start again at the cursor
-
-    async def _pause(self, agent_id: str, seconds: float) -> None:
-        """A retry's backoff; ended early by a stop or a new registration."""
-        kick = self._kicks.get(agent_id) or asyncio.Event()
-        kick.clear()
-        stop = asyncio.ensure_future(self._stopping.wait())
-        kicked = asyncio.ensure_future(kick.wait())
-        try:
-            await asyncio.wait({stop, kicked}, timeout=seconds,
-                               return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            stop.cancel()
-            kicked.cancel()
 
     async def _one(self, client: httpx.AsyncClient, agent_id: str, row: asyncpg.Record,
                    event: WireEvent) -> asyncpg.Record | None:
@@ -260,43 +153,9 @@ class WebhookWorker:
             log.warning("webhook %s: %d failures in a row (last: %s); breaker open, next "
                         "probe in %.1f s", agent_id, failures, outcome.error, retry_in)
             await agents_store.set_reachable(self.pool, agent_id, False)
-            with contextlib.suppress(*_DB_ERRORS):
+            with contextlib.suppress(*DB_ERRORS):
                 WEBHOOK_BREAKERS_OPEN.set(await webhooks_store.open_breakers(self.pool))
         return fresh
-
-    # --- the worker ---------------------------------------------------------------
-
-    @property
-    def task(self) -> asyncio.Task[None] | None:
-        return self._task
-
-    async def start(self) -> None:
-        self._follower = asyncio.create_task(follow(
-            self.settings.redis_url, delivery.NOTIFY_CHANNEL,
-            Backoff("webhook_notices", stop=self._stopping, logger=log),
-            on_message=self._notice, on_subscribed=self._resubscribed), name="webhook-notices")
-        self._task = asyncio.create_task(self.run(), name="webhook-loop")
-        log.info("webhook worker started as %s", self.name)
-
-    async def stop(self) -> None:
-        """Finish the POSTs in flight (each bounded by the timeout), give the leases
-        up, then end the loop."""
-        self._stopping.set()
-        self._wake.set()
-        if self._task is not None:
-            await self._task
-        lanes = list(self._lanes.values())
-        if lanes:
-            await asyncio.gather(*lanes, return_exceptions=True)
-        for timer in self._timers.values():
-            timer.cancel()
-        self._timers.clear()
-        if self._follower is not None:
-            self._follower.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._follower
-        log.info("webhook worker stopped: %d delivered, %d failed attempts", self.delivered,
-                 self.failed)
 
 
 def _event_id(event: WireEvent) -> str:

@@ -62,7 +62,7 @@ async def patch(conn: Conn, agent_id: str, owner_id: int, changes: dict[str, Any
 
 async def delete(conn: Conn, agent_id: str, owner_id: int) -> bool:
     result = await conn.execute(
-        "DELETE FROM agents WHERE agent_id = $1 AND owner_id = $2 AND kind = 'normal'",
+        "DELETE FROM agents WHERE agent_id = $1 AND owner_id = $2 AND kind <> 'virtual-user'",
         agent_id, owner_id)
     return result.endswith(" 1")
 
