@@ -51,6 +51,7 @@ class LaneWorker:
         self._due: set[str] = set()
         self._lanes: dict[str, asyncio.Task[None]] = {}
         self._kicks: dict[str, asyncio.Event] = {}  # cut a lane's retry wait short
+        self._nudges: dict[str, asyncio.Event] = {}  # new events for a running lane
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self._wake = asyncio.Event()
         self._sweep_now = True
@@ -74,6 +75,9 @@ class LaneWorker:
 
     def poke(self, agent_id: str) -> None:
         self._due.add(agent_id)
+        nudge = self._nudges.get(agent_id)
+        if nudge is not None:
+            nudge.set()
         self._wake.set()
 
     def _notice(self, data: bytes) -> None:
@@ -140,10 +144,12 @@ class LaneWorker:
         task = asyncio.create_task(self._lane(agent_id), name=f"{self.label}:{agent_id}")
         self._lanes[agent_id] = task
         self._kicks[agent_id] = asyncio.Event()
+        self._nudges[agent_id] = asyncio.Event()
 
         def done(_: asyncio.Task[None]) -> None:
             self._lanes.pop(agent_id, None)
             self._kicks.pop(agent_id, None)
+            self._nudges.pop(agent_id, None)
             self._wake.set()  # a poke that came while it ran starts it again
 
         task.add_done_callback(done)
@@ -179,6 +185,21 @@ class LaneWorker:
         finally:
             stop.cancel()
             kicked.cancel()
+
+    async def idle(self, agent_id: str, seconds: float,
+                   others: set[asyncio.Task[None]] | None = None) -> None:
+        """A running lane waits for new events of its agent (a poke), a stop, one
+        of ``others`` to end, or ``seconds``, whichever comes first."""
+        nudge = self._nudges.get(agent_id) or asyncio.Event()
+        nudge.clear()
+        waits = {asyncio.ensure_future(self._stopping.wait()),
+                 asyncio.ensure_future(nudge.wait())}
+        try:
+            await asyncio.wait(waits | (others or set()), timeout=seconds,
+                               return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waits:
+                w.cancel()
 
     @property
     def stopping(self) -> bool:

@@ -33,11 +33,14 @@ CREATE TABLE a2a_remote_tasks (
     agent_id          text NOT NULL REFERENCES agents(agent_id) ON DELETE CASCADE,
     remote_task_id    text,
     remote_context_id text,
-    -- The remote's last state written back; NULL until the first answer.
+    -- The remote's last state written back; NULL while a message sent to it
+    -- awaits its answer. A task not settled is followed (GetTask) by the bridge
+    -- holding the agent's lease.
     last_state        text,
     created_at        timestamptz NOT NULL DEFAULT now(),
     updated_at        timestamptz NOT NULL DEFAULT now()
 );
 CREATE INDEX a2a_remote_tasks_open_idx ON a2a_remote_tasks (agent_id)
     WHERE last_state IS NULL
-       OR last_state NOT IN ('completed', 'failed', 'canceled', 'rejected');
+       OR last_state NOT IN ('completed', 'failed', 'canceled', 'rejected',
+                             'input-required', 'auth-required');

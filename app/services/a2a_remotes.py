@@ -102,6 +102,8 @@ async def create(pool: asyncpg.Pool, redis: aioredis.Redis, settings: Settings, 
                            headers=sealer(settings).seal(json.dumps(headers)) if headers
                            else None, header_names=sorted(headers), card=card,
                            etag=fetched.etag)
+        await agents_store.set_reachable(conn, agent_id, True)  # its card just answered
+        row = await agents_store.get(conn, agent_id)
         view = await store.view(conn, agent_id)
     try:  # the bridge starts following the agent now, not at its next sweep
         await redis.publish(delivery.NOTIFY_CHANNEL, delivery.webhook_notice(agent_id))

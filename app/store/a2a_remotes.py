@@ -24,7 +24,13 @@ _LANE = ("r.card_url, r.headers, r.card, r.card_etag, "
          "GREATEST(a.acked_seq, a.inbox_floor) AS cursor, a.inbox_seq, a.owner_id, a.kind, "
          "a.status")
 
-LEASES = AgentLeases("a2a_remotes", _LANE)
+# Forwarded tasks that have not settled: followed by the lease holder (GetTask).
+_UNSETTLED = ("(t.last_state IS NULL OR t.last_state NOT IN ('completed', 'failed', 'canceled', "
+              "'rejected', 'input-required', 'auth-required'))")
+
+LEASES = AgentLeases("a2a_remotes", _LANE, also_due=(
+    "EXISTS (SELECT 1 FROM a2a_remote_tasks t WHERE t.agent_id = r.agent_id "
+    f"AND t.remote_task_id IS NOT NULL AND {_UNSETTLED})"))
 
 
 async def create(conn: Conn, *, agent_id: str, card_url: str, headers: str | None,
@@ -92,9 +98,10 @@ async def remote_task(conn: Conn, task_id: str) -> asyncpg.Record | None:
 
 async def record_task(conn: Conn, task_id: str, agent_id: str, remote_task_id: str | None,
                       remote_context_id: str | None) -> None:
+    """The remote accepted a message of the task: its answer is now awaited."""
     await conn.execute(
         "INSERT INTO a2a_remote_tasks (task_id, agent_id, remote_task_id, remote_context_id) "
-        "VALUES ($1, $2, $3, $4) ON CONFLICT (task_id) DO UPDATE SET "
+        "VALUES ($1, $2, $3, $4) ON CONFLICT (task_id) DO UPDATE SET last_state = NULL, "
         "remote_task_id = COALESCE(EXCLUDED.remote_task_id, a2a_remote_tasks.remote_task_id), "
         "remote_context_id = COALESCE(EXCLUDED.remote_context_id, "
         "                             a2a_remote_tasks.remote_context_id), updated_at = now()",
@@ -107,9 +114,9 @@ async def set_state(conn: Conn, task_id: str, state: str) -> None:
 
 
 async def open_tasks(conn: Conn, agent_id: str) -> list[asyncpg.Record]:
-    """Forwarded tasks the remote has not finished (to follow after a restart)."""
+    """Forwarded tasks that have not settled (to follow after a restart or a
+    takeover): NULL is a message in flight, its answer not yet seen."""
     return await conn.fetch(
-        "SELECT task_id, remote_task_id, remote_context_id, last_state FROM a2a_remote_tasks "
-        "WHERE agent_id = $1 AND remote_task_id IS NOT NULL AND (last_state IS NULL OR "
-        "last_state NOT IN ('completed', 'failed', 'canceled', 'rejected')) "
+        "SELECT task_id, remote_task_id, remote_context_id, last_state FROM a2a_remote_tasks t "
+        f"WHERE agent_id = $1 AND remote_task_id IS NOT NULL AND {_UNSETTLED} "
         "ORDER BY created_at", agent_id)

@@ -22,9 +22,11 @@ _LEASE = "lease_until = now() + make_interval(secs => $3)"
 
 
 class AgentLeases:
-    def __init__(self, table: str, lane: str) -> None:
+    def __init__(self, table: str, lane: str, also_due: str | None = None) -> None:
         self.table = table
         self.lane = lane
+        # Besides events waiting: what else makes an agent due at a sweep (SQL on r, a).
+        self.also_due = f" OR ({also_due})" if also_due else ""
         # For the caller's own updates under a held lease: $1 agent, $2 owner.
         self.mine = "a.agent_id = r.agent_id AND r.agent_id = $1 AND r.lease_owner = $2"
         self.renewed = _LEASE
@@ -57,11 +59,12 @@ class AgentLeases:
         return bool(pending)
 
     async def sweep(self, conn: Conn, limit: int) -> list[asyncpg.Record]:
-        """Every agent of the table and whether it is due now: events waiting, no
-        retry pending, and no live lease (the safety net behind the wake-ups)."""
+        """Every agent of the table and whether it is due now: events waiting (or
+        ``also_due``), no retry pending, and no live lease (the safety net behind
+        the wake-ups, and how a dead process's agents move on)."""
         return await conn.fetch(
-            "SELECT r.agent_id, (a.inbox_seq > GREATEST(a.acked_seq, a.inbox_floor) "
-            " AND r.next_attempt_at <= now() "
+            "SELECT r.agent_id, ((a.inbox_seq > GREATEST(a.acked_seq, a.inbox_floor)"
+            f"{self.also_due}) AND r.next_attempt_at <= now() "
             " AND (r.lease_until IS NULL OR r.lease_until < now())) AS due "
             f"FROM {self.table} r JOIN agents a ON a.agent_id = r.agent_id "
             "ORDER BY r.agent_id LIMIT $1", limit)

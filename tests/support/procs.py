@@ -46,7 +46,8 @@ COMMANDS = procfile_commands()
 # folder, which it removes at the end. None: the system's temporary folder
 # (the bench removes its logs itself).
 LOG_DIR: Path | None = None
-READY_LINE = {"outbox": "relay started", "push": "push started", "cron": "cron started"}
+READY_LINE = {"outbox": "relay started", "push": "push started", "cron": "cron started",
+              "webhook": "webhook worker started", "a2a-bridge": "a2a bridge started"}
 
 
 def settings_env(settings: Settings, **extra: Any) -> dict[str, str]:
