@@ -47,6 +47,7 @@ from a2a.types.a2a_pb2 import (
     AgentCard,
     CancelTaskRequest,
     GetTaskRequest,
+    ListTasksRequest,
     Message,
     SendMessageRequest,
     StreamResponse,
@@ -141,6 +142,8 @@ def outbound(msg: dict[str, Any], task: asyncpg.Record | None) -> Message:
         body["taskId"] = task["remote_task_id"]
     if task is not None and task["remote_context_id"]:
         body["contextId"] = task["remote_context_id"]
+    else:  # the mesh's conversation; also how a retry finds the task (ListTasks)
+        body["contextId"] = msg["context_id"]
     return ParseDict(body, Message())
 
 
@@ -270,10 +273,45 @@ class BridgeWorker(LaneWorker):
             # The remote answered that task without one (a direct message): it is over.
             await self._ack(agent_id, seq)
             return
+        if known is not None and known["sending_message_id"] == msg["message_id"]:
+            # Sent before without an answer seen (a crash, a timeout): ask first.
+            found = await self._probe(remote, known, msg)
+            if found is not None:
+                async with self.pool.acquire() as conn, conn.transaction():
+                    await store.record_task(conn, task_id, agent_id, *found)
+                    await agents_store.ack(conn, agent_id, seq)
+                self._follow(agent_id, task_id, self._resume_one(remote, task_id, found[0]))
+                return
+        await store.sending(self.pool, task_id, agent_id, msg["message_id"])
         request = SendMessageRequest(message=outbound(msg, known))
         accepted: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._follow(agent_id, task_id, self._exchange(remote, seq, task_id, request, accepted))
         await accepted  # RemoteDown from the follower: not acked, retried
+
+    async def _probe(self, remote: Remote, known: asyncpg.Record,
+                     msg: dict[str, Any]) -> tuple[str, str | None] | None:
+        """The remote task holding ``msg`` (by its messageId), or None when the
+        remote does not have it — or cannot say (then it is sent again)."""
+        message_id = msg["message_id"]
+        try:
+            async with remote.client(self.settings) as client:
+                if known["remote_task_id"]:
+                    candidates = [await client.get_task(
+                        GetTaskRequest(id=known["remote_task_id"]))]
+                else:
+                    page = await client.list_tasks(ListTasksRequest(
+                        context_id=msg["context_id"], page_size=100))
+                    candidates = list(page.tasks)
+        except Exception as exc:
+            if transient(exc):
+                raise RemoteDown(describe(exc)) from exc
+            log.info("a2a %s: cannot ask the remote whether it has %s (%s); sending it again",
+                     remote.agent.agent_id, message_id, describe(exc))
+            return None
+        for task in candidates:
+            if any(m.message_id == message_id for m in task.history):
+                return task.id, task.context_id or None
+        return None
 
     def _follow(self, agent_id: str, task_id: str, work: Any) -> None:
         old = self._following.get(task_id)

@@ -37,6 +37,11 @@ CREATE TABLE a2a_remote_tasks (
     -- awaits its answer. A task not settled is followed (GetTask) by the bridge
     -- holding the agent's lease.
     last_state        text,
+    -- A mesh message being sent to the remote, set before the call and cleared
+    -- when the remote accepted it (with the ack). Found set at a retry (a crash,
+    -- a timeout), the remote is asked first whether it has that message, so a
+    -- message it took is not sent twice.
+    sending_message_id text,
     created_at        timestamptz NOT NULL DEFAULT now(),
     updated_at        timestamptz NOT NULL DEFAULT now()
 );

@@ -92,8 +92,17 @@ async def note_error(conn: Conn, agent_id: str, error: str) -> None:
 
 async def remote_task(conn: Conn, task_id: str) -> asyncpg.Record | None:
     return await conn.fetchrow(
-        "SELECT task_id, agent_id, remote_task_id, remote_context_id, last_state "
-        "FROM a2a_remote_tasks WHERE task_id = $1", task_id)
+        "SELECT task_id, agent_id, remote_task_id, remote_context_id, last_state, "
+        "sending_message_id FROM a2a_remote_tasks WHERE task_id = $1", task_id)
+
+
+async def sending(conn: Conn, task_id: str, agent_id: str, message_id: str) -> None:
+    """``message_id`` is about to be sent to the remote (see the column)."""
+    await conn.execute(
+        "INSERT INTO a2a_remote_tasks (task_id, agent_id, sending_message_id) "
+        "VALUES ($1, $2, $3) ON CONFLICT (task_id) DO UPDATE SET "
+        "sending_message_id = EXCLUDED.sending_message_id, updated_at = now()",
+        task_id, agent_id, message_id)
 
 
 async def record_task(conn: Conn, task_id: str, agent_id: str, remote_task_id: str | None,
@@ -102,6 +111,7 @@ async def record_task(conn: Conn, task_id: str, agent_id: str, remote_task_id: s
     await conn.execute(
         "INSERT INTO a2a_remote_tasks (task_id, agent_id, remote_task_id, remote_context_id) "
         "VALUES ($1, $2, $3, $4) ON CONFLICT (task_id) DO UPDATE SET last_state = NULL, "
+        "sending_message_id = NULL, "
         "remote_task_id = COALESCE(EXCLUDED.remote_task_id, a2a_remote_tasks.remote_task_id), "
         "remote_context_id = COALESCE(EXCLUDED.remote_context_id, "
         "                             a2a_remote_tasks.remote_context_id), updated_at = now()",

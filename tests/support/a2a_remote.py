@@ -52,6 +52,7 @@ class ScriptedExecutor(AgentExecutor):
         if task is None:
             task = new_task_from_user_message(msg)
             await event_queue.enqueue_event(task)
+        self.remote.task_of[msg.message_id] = task.id
         up = TaskUpdater(event_queue, task.id, task.context_id)
 
         def say(words: str) -> Any:
@@ -110,6 +111,7 @@ class Remote:
         self.streaming = streaming
         self.api_key = api_key
         self.received: list[str] = []
+        self.task_of: dict[str, str] = {}  # message id → the remote task it went to
         self.gate = asyncio.Event()
         self.unauthorized = 0
         self.card_fetches = 0
