@@ -295,3 +295,17 @@ async def test_two_bridges_kill_one_mid_batch_forward_nothing_twice(migrated):
         finally:
             for proc in bridges:
                 proc.stop_quietly()
+
+
+async def test_the_card_is_revalidated_with_its_etag(migrated):
+    async with bridged_mesh(migrated, a2a_bridge_card_max_age_seconds=0) as b, \
+            Remote() as remote:
+        agent = await b.register(remote)
+        etag = await b.pool.fetchval("SELECT card_etag FROM a2a_remotes WHERE agent_id = $1",
+                                     agent["agent_id"])
+        assert etag
+        sent = await b.caller.send(agent["agent_id"], "hi")
+        await b.settled(sent["task_id"], "completed")
+        assert remote.not_modified >= 1  # asked with If-None-Match, not fetched anew
+        assert await b.pool.fetchval("SELECT card_etag FROM a2a_remotes WHERE agent_id = $1",
+                                     agent["agent_id"]) == etag
