@@ -9,7 +9,6 @@ processes for the kill -9 test.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass

@@ -53,6 +53,8 @@ class A2ARemoteOut(Out):
 
 class AgentOut(AgentSummary):
     """An agent as its owner (and the agent itself, ``GET /v1/mesh/me``) sees it."""
+    # ``a2a`` is always in the body (null for other kinds): required in the schema.
+    model_config = ConfigDict(extra="ignore", json_schema_serialization_defaults_required=True)
     inbox_seq: int
     acked_seq: int
     created_at: Timestamp
