@@ -200,6 +200,40 @@ async def test_streamed_artifacts_and_messages_arrive_once_in_order(migrated):
         assert [a["artifact_id"] for a in task["artifacts"]] == [f"art-{i}" for i in range(4)]
 
 
+async def test_permissions_apply_as_to_any_agent(migrated):
+    async with bridged_mesh(migrated) as b, Remote() as remote:
+        agent = await b.register(remote)
+        stranger = await (await b.mesh.owner()).agent("stranger")
+        resp = await stranger.post("/v1/mesh/tasks", {
+            "to_agent_id": agent["agent_id"],
+            "message": {"parts": [{"kind": "text", "text": "let me in"}]}})
+        assert resp.status_code == 403, resp.text
+        # Unfriended by its owner, the caller is refused too.
+        ok(await b.owner.delete(f"/v1/agents/{agent['agent_id']}/friends/"
+                                f"{b.caller.agent_id}"), 204)
+        resp = await b.caller.post("/v1/mesh/tasks", {
+            "to_agent_id": agent["agent_id"],
+            "message": {"parts": [{"kind": "text", "text": "still there?"}]}})
+        assert resp.status_code == 403, resp.text
+        assert remote.received == []
+
+
+async def test_a_cancel_by_the_caller_reaches_the_remote(migrated):
+    async with bridged_mesh(migrated) as b, Remote() as remote:
+        agent = await b.register(remote)
+        sent = await b.caller.send(agent["agent_id"], "gate forever")
+        await b.settled(sent["task_id"], "working")
+        ok(await b.caller.post(f"/v1/mesh/tasks/{sent['task_id']}/status",
+                               {"state": "canceled"}))
+
+        async def canceled() -> bool:
+            return bool(remote.canceled)
+
+        await until(canceled)
+        assert remote.canceled == [remote.task_of[sent["message"]["message_id"]]]
+        assert (await b.task(sent["task_id"]))["state"] == "canceled"
+
+
 async def test_remote_down_then_back_loses_nothing(migrated):
     async with bridged_mesh(migrated) as b:
         remote = Remote()

@@ -87,6 +87,7 @@ class ScriptedExecutor(AgentExecutor):
     async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
         task = context.current_task
         if task is not None:
+            self.remote.canceled.append(task.id)
             await TaskUpdater(event_queue, task.id, task.context_id).cancel()
 
 
@@ -112,6 +113,7 @@ class Remote:
         self.api_key = api_key
         self.received: list[str] = []
         self.task_of: dict[str, str] = {}  # message id → the remote task it went to
+        self.canceled: list[str] = []  # remote task ids CancelTask reached
         self.gate = asyncio.Event()
         self.unauthorized = 0
         self.card_fetches = 0
@@ -173,6 +175,11 @@ class Remote:
     async def stop(self) -> None:
         """Stop answering (open streams are cut); the tasks and executors go on."""
         if self._server is not None and self._task is not None:
+            # Cut every open connection (an SSE stream too), as a dying process would.
+            for connection in list(self._server.server_state.connections):
+                transport = getattr(connection, "transport", None)
+                if transport is not None:
+                    transport.abort()
             self._server.should_exit = True
             self._server.force_exit = True
             with contextlib.suppress(asyncio.CancelledError):
