@@ -105,11 +105,12 @@ class Skill(BaseModel):
 
 class A2ARemoteIn(Strict):
     """An A2A server that serves the new agent: its agent card's URL (checked by the
-    webhook target rule) and headers sent with every call to it (e.g. its API key)."""
+    webhook target rule) and headers sent with every call to it (e.g. its API key):
+    token names, single-line printable ASCII values."""
     card_url: Annotated[str, StringConstraints(min_length=1, max_length=2048)]
     headers: Annotated[dict[Annotated[str, StringConstraints(
         pattern=r"^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,100}$")], Annotated[str, StringConstraints(
-            max_length=4096, pattern=r"^[^\r\n\x00]*$")]], Field(max_length=20)] | None = None
+            max_length=4096, pattern=r"^[\t\x20-\x7e]*$")]], Field(max_length=20)] | None = None
 
 
 class AgentCreate(Strict):
