@@ -118,7 +118,11 @@ class Remote:
                                    headers=self.headers,
                                    timeout=settings.webhook_timeout_seconds)
         try:
-            config = ClientConfig(streaming=self.streaming, httpx_client=http,
+            # Without streaming, SendMessage answers at once (returnImmediately) and
+            # the answer is polled: a blocking call would hold the lane for the
+            # remote task's whole run.
+            config = ClientConfig(streaming=self.streaming, polling=not self.streaming,
+                                  httpx_client=http,
                                   supported_protocol_bindings=list(remote_card.BINDINGS))
             client = ClientFactory(config).create(self.card)
             try:
@@ -347,7 +351,10 @@ class BridgeWorker(LaneWorker):
             async with remote.client(self.settings) as client:
                 stream = client.send_message(request)
                 try:
-                    first = await anext(stream)
+                    # Bounded: a remote that takes the call and never answers must
+                    # not hold the lane (the retry asks it first, see _probe).
+                    async with asyncio.timeout(self.settings.webhook_timeout_seconds):
+                        first = await anext(stream)
                 except StopAsyncIteration:
                     first = None
                 except Exception as exc:
