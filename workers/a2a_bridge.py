@@ -289,8 +289,12 @@ class BridgeWorker(LaneWorker):
         await store.sending(self.pool, task_id, agent_id, msg["message_id"])
         request = SendMessageRequest(message=outbound(msg, known))
         accepted: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._follow(agent_id, task_id, self._exchange(remote, seq, task_id, request, accepted))
-        await accepted  # RemoteDown from the follower: not acked, retried
+        follower = self._follow(agent_id, task_id,
+                                self._exchange(remote, seq, task_id, request, accepted))
+        await asyncio.wait({accepted, follower}, return_when=asyncio.FIRST_COMPLETED)
+        if not accepted.done():  # the follower ended before the remote's answer
+            raise RemoteDown("the forward did not finish")
+        accepted.result()  # RemoteDown from the follower: not acked, retried
 
     async def _probe(self, remote: Remote, known: asyncpg.Record,
                      msg: dict[str, Any]) -> tuple[str, str | None] | None:
@@ -317,7 +321,7 @@ class BridgeWorker(LaneWorker):
                 return task.id, task.context_id or None
         return None
 
-    def _follow(self, agent_id: str, task_id: str, work: Any) -> None:
+    def _follow(self, agent_id: str, task_id: str, work: Any) -> asyncio.Task[None]:
         old = self._following.get(task_id)
         task = asyncio.create_task(self._guarded(task_id, work, old[1] if old else None),
                                    name=f"a2a:{task_id}")
@@ -328,13 +332,13 @@ class BridgeWorker(LaneWorker):
                 del self._following[task_id]
 
         task.add_done_callback(done)
+        return task
 
     async def _guarded(self, task_id: str, work: Any, old: asyncio.Task[None] | None) -> None:
-        if old is not None and not old.done():
-            old.cancel()  # a new message to the task: its last answer is followed anew
-            with contextlib.suppress(BaseException):
-                await old
         try:
+            if old is not None and not old.done():
+                old.cancel()  # a new message to the task: its last answer is followed anew
+                await asyncio.wait({old})
             await work
         except asyncio.CancelledError:
             raise
@@ -342,6 +346,8 @@ class BridgeWorker(LaneWorker):
             # Still unsettled in Postgres: the next holder of the lease follows it.
             log.warning("a2a: following task %s failed (%s); it is followed again at the "
                         "next round", task_id, describe(exc))
+        finally:
+            work.close()  # one cancelled before it started is closed, not left unawaited
 
     async def _exchange(self, remote: Remote, seq: int, task_id: str,
                         request: SendMessageRequest, accepted: asyncio.Future[None]) -> None:
