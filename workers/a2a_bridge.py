@@ -60,6 +60,7 @@ from app.a2a import mapping, remote_card
 from app.a2a.writeback import WriteBack
 from app.after_commit import AfterCommit
 from app.event_wire import WireEvent
+from app.metrics import A2A_FORWARDED, A2A_UNREACHABLE
 from app.retry import Schedule
 from app.services import a2a_remotes
 from app.services.principals import Agent
@@ -231,6 +232,7 @@ class BridgeWorker(LaneWorker):
         try:
             await self._forward(remote, event)
         except RemoteDown as exc:
+            A2A_UNREACHABLE.inc()
             failures = int(row["failures"]) + 1
             retry_in = self.retry.delay(failures)
             if failures == 1:
@@ -239,6 +241,7 @@ class BridgeWorker(LaneWorker):
             return await store.failed(self.pool, agent_id, self.name, self.lease_seconds,
                                       error=str(exc), failures=failures, retry_in=retry_in)
         self.forwarded += 1
+        A2A_FORWARDED.inc()
         if row["failures"] or row["status"] == "inactive":
             await agents_store.set_reachable(self.pool, agent_id, True)
         return await store.succeeded(self.pool, agent_id, self.name, self.lease_seconds)

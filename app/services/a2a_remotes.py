@@ -46,7 +46,15 @@ def sealer(settings: Settings) -> Sealer:
 
 
 def open_headers(settings: Settings, sealed: str | None) -> dict[str, str]:
-    return json.loads(sealer(settings).open(sealed)) if sealed else {}
+    if not sealed:
+        return {}
+    try:
+        return json.loads(sealer(settings).open(sealed))  # type: ignore[no-any-return]
+    except ValueError:
+        # Never the value in the message: it may end up in a log.
+        raise ValueError("an A2A remote's headers could not be opened: "
+                         "MESH_WEBHOOK_SECRET_KEY (or MESH_JWT_SECRET) changed since they were "
+                         "stored; the owner must register the agent again") from None
 
 
 def _refuse(field: str, why: str, status: int = 422) -> Problem:
