@@ -218,6 +218,28 @@ async def test_permissions_apply_as_to_any_agent(migrated):
         assert remote.received == []
 
 
+async def test_a_group_brings_a_bridged_agent_and_a_stranger_together(migrated):
+    """No friendship between them: a shared group is enough, as for any agents."""
+    async with bridged_mesh(migrated) as b, Remote() as remote:
+        agent = ok(await b.owner.post("/v1/agents", {"name": "helper", "a2a": {
+            "card_url": remote.card_url}}), 201)
+        front = await b.owner.agent("front")  # a friend of the other owner's agent
+        await b.mesh.befriend(b.caller, front)
+        resp = await b.caller.post("/v1/mesh/tasks", {
+            "to_agent_id": agent["agent_id"],
+            "message": {"parts": [{"kind": "text", "text": "not yet"}]}})
+        assert resp.status_code == 403, resp.text
+        ok(await b.owner.post("/v1/groups", {"group_id": f"g-{front.agent_id}",
+                                             "name": "bridged"}), 201)
+        for member in (agent["agent_id"], b.caller.agent_id):
+            ok(await b.owner.post(f"/v1/groups/g-{front.agent_id}/members",
+                                  {"agent_id": member}), 201)
+        ok(await b.caller.post(f"/v1/mesh/groups/invitations/g-{front.agent_id}/accept"))
+        sent = await b.caller.send(agent["agent_id"], "via the group")
+        task = await b.settled(sent["task_id"], "completed")
+        assert texts(task, agent["agent_id"]) == ["you said: via the group"]
+
+
 async def test_a_cancel_by_the_caller_reaches_the_remote(migrated):
     async with bridged_mesh(migrated) as b, Remote() as remote:
         agent = await b.register(remote)
