@@ -125,6 +125,17 @@ WEBHOOK_BREAKERS_OPEN = Gauge(
     "agent_mesh_webhook_breakers_open",
     "Agents whose webhook breaker is open (all of the mesh's, read at each sweep).",
 )
+
+# --- the outbound A2A bridge (ADR 041) ----------------------------------------------
+A2A_FORWARDED = Counter(
+    "agent_mesh_a2a_bridge_forwarded_total",
+    "Inbox events of a2a agents forwarded to (or, without an A2A counterpart, "
+    "acked for) their remote A2A servers.",
+)
+A2A_UNREACHABLE = Counter(
+    "agent_mesh_a2a_bridge_unreachable_total",
+    "Calls to a remote A2A server that did not reach it (retried with backoff).",
+)
 WEBHOOK_LATENCY = Histogram(
     "agent_mesh_webhook_delivery_seconds",
     "Webhook POST round trip, from connect to the answer, whatever the answer.",

@@ -109,6 +109,16 @@ class Skill(BaseModel):
     examples: list[str] | None = None
 
 
+class A2ARemoteIn(Strict):
+    """An A2A server that serves the new agent: its agent card's URL (checked by the
+    webhook target rule) and headers sent with every call to it (e.g. its API key):
+    token names, single-line printable ASCII values."""
+    card_url: Annotated[str, StringConstraints(min_length=1, max_length=2048)]
+    headers: Annotated[dict[Annotated[str, StringConstraints(
+        pattern=r"^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,100}$")], Annotated[str, StringConstraints(
+            max_length=4096, pattern=r"^[\t\x20-\x7e]*$")]], Field(max_length=20)] | None = None
+
+
 class AgentCreate(Strict):
     name: Annotated[str, StringConstraints(pattern=NAME_PATTERN)]
     display_name: Annotated[str, StringConstraints(max_length=200)] | None = None
@@ -117,6 +127,8 @@ class AgentCreate(Strict):
     # The agent's system prompt for `mesh agent`; owner-set, read by the agent via /v1/mesh/me.
     instructions: str | None = None
     _check_instructions = field_validator("instructions")(_instructions_size)
+    # Served by an A2A server elsewhere (kind "a2a"; the a2a-bridge process forwards).
+    a2a: A2ARemoteIn | None = None
 
 
 class AgentPatch(Strict):

@@ -218,6 +218,22 @@ class Settings(BaseSettings):
     # Publications one owner may have at once: listings are shared by every owner.
     publications_per_owner_max: int = Field(default=50, ge=0)
 
+    # --- the outbound A2A bridge (ADR 041) --------------------------------------
+    # Card URLs and the card's endpoints follow the webhook target rule
+    # (MESH_WEBHOOK_ALLOW_PRIVATE); headers are sealed under MESH_WEBHOOK_SECRET_KEY.
+    # Retries of a remote that cannot be reached: base·2^n seconds up to the cap.
+    a2a_bridge_retry_base_seconds: float = Field(default=0.5, gt=0)
+    a2a_bridge_retry_cap_seconds: float = Field(default=60.0, gt=0)
+    # GetTask polls of a task that has not settled (a remote without streaming,
+    # a stream that broke, a restart): base·2^n seconds up to the cap.
+    a2a_bridge_poll_base_seconds: float = Field(default=0.5, gt=0)
+    a2a_bridge_poll_cap_seconds: float = Field(default=15.0, gt=0)
+    # A card older than this is re-validated (If-None-Match with its ETag).
+    a2a_bridge_card_max_age_seconds: float = Field(default=300.0, ge=0)
+    a2a_bridge_sweep_seconds: float = Field(default=5.0, gt=0)
+    # How long a bridge process's claim on an agent lasts without renewal.
+    a2a_bridge_lease_seconds: float = Field(default=30.0, gt=0)
+
     @property
     def bus_kind(self) -> Literal["kafka", "nats", "redis"]:
         if self.bus == "auto":

@@ -32,14 +32,16 @@ def new_secret() -> str:
 class Sealer:
     """Seals and opens the secrets stored in ``agent_webhooks``."""
 
-    def __init__(self, key_material: str) -> None:
-        # A labelled hash, so the JWT key itself is never the encryption key.
-        digest = hashlib.sha256(b"agent-mesh webhook secrets\x00" + key_material.encode()).digest()
+    def __init__(self, key_material: str, label: bytes = b"agent-mesh webhook secrets") -> None:
+        # A labelled hash, so the JWT key itself is never the encryption key, and
+        # each kind of secret (``label``) has a key of its own.
+        digest = hashlib.sha256(label + b"\x00" + key_material.encode()).digest()
         self._fernet = Fernet(base64.urlsafe_b64encode(digest))
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> Sealer:
-        return cls(settings.webhook_secret_key or settings.jwt_secret)
+    def from_settings(cls, settings: Settings, label: bytes = b"agent-mesh webhook secrets"
+                      ) -> Sealer:
+        return cls(settings.webhook_secret_key or settings.jwt_secret, label)
 
     def seal(self, secret: str) -> str:
         return self._fernet.encrypt(secret.encode()).decode()

@@ -22,16 +22,20 @@ from app.responses import (
     OwnedGroups,
 )
 from app.schemas import AgentCreate, AgentPatch, FriendRequestCreate, GroupCreate, GroupMemberAdd
-from app.services import accounts, social
+from app.services import a2a_remotes, accounts, social
 from app.services.principals import Agent
 
 
-@doc("Create an agent; its agent_id is {name}@{username}", body=AgentCreate,
+@doc("Create an agent; its agent_id is {name}@{username}. With `a2a` it is served by "
+     "an A2A server elsewhere (kind \"a2a\"), forwarded by the a2a-bridge process", body=AgentCreate,
      response=AgentOut, auth="owner", status=201, tag="owners")
 async def create_agent(request: Request) -> Response:
     me = await owner(request)
     data = await body(request, AgentCreate)
-    return json(await accounts.create_agent(state(request).pool, me, data), 201)
+    s = state(request)
+    if data.a2a is not None:  # served by an A2A server elsewhere (ADR 041)
+        return json(await a2a_remotes.create(s.pool, s.redis, s.settings, me, data), 201)
+    return json(await accounts.create_agent(s.pool, me, data), 201)
 
 
 @doc("List your agents (including your virtual-user agent)", response=AgentList,
@@ -44,8 +48,10 @@ async def list_agents(request: Request) -> Response:
 @doc("Get one of your agents", response=AgentOut, auth="owner", tag="owners")
 async def get_agent(request: Request) -> Response:
     me = await owner(request)
-    row = await accounts.owned_agent(state(request).pool, me, request.path_params["agent_id"])
-    return json(AgentOut.of(row))
+    pool = state(request).pool
+    row = await accounts.owned_agent(pool, me, request.path_params["agent_id"])
+    (agent,) = await a2a_remotes.attach(pool, [AgentOut.of(row)])
+    return json(agent)
 
 
 @doc("Change an agent's display name, description or skills", body=AgentPatch,

@@ -14,7 +14,7 @@ from app.errors import Problem
 from app.responses import AgentOut, NewKey
 from app.responses.webhooks import WebhookCreated
 from app.schemas import AgentCreate, AgentPatch, WebhookPut
-from app.services import accounts, webhooks
+from app.services import a2a_remotes, accounts, webhooks
 
 
 def _skills(raw: str) -> list[Any] | None:
@@ -48,10 +48,34 @@ async def agents(ctx: Ctx) -> Response:
     return await agents_page(ctx)
 
 
+def _headers(raw: str) -> dict[str, str]:
+    """An A2A remote's headers, typed one per line as ``Name: value``."""
+    headers: dict[str, str] = {}
+    for number, line in enumerate(raw.splitlines(), 1):
+        if not line.strip():
+            continue
+        name, sep, value = line.partition(":")
+        if not sep or not name.strip():
+            raise Problem(422, f"a2a headers: line {number} is not 'Name: value'",
+                          errors=[{"field": "a2a_headers", "message": "one 'Name: value' "
+                                   "per line"}])
+        headers[name.strip()] = value.strip()
+    return headers
+
+
 @action("create-agent", agents_page)
 async def create_agent(ctx: Ctx) -> Response:
-    body = validated(AgentCreate, {"name": ctx.form.get("name", ""), **_fields(ctx)})
-    created = await accounts.create_agent(ctx.state.pool, ctx.owner, body)
+    data = {"name": ctx.form.get("name", ""), **_fields(ctx)}
+    card_url = ctx.form.get("a2a_card_url", "").strip()
+    if card_url:  # served by an A2A server elsewhere (ADR 041)
+        data["a2a"] = {"card_url": card_url,
+                       "headers": _headers(ctx.form.get("a2a_headers", "")) or None}
+    body = validated(AgentCreate, data)
+    s = ctx.state
+    if body.a2a is not None:
+        created = await a2a_remotes.create(s.pool, s.redis, s.settings, ctx.owner, body)
+    else:
+        created = await accounts.create_agent(s.pool, ctx.owner, body)
     return back(f"/console/agents/{created.agent_id}")
 
 
@@ -60,7 +84,8 @@ async def agent_page(ctx: Ctx, *, error: ActionError | None = None, status: int 
                      new_webhook: WebhookCreated | None = None) -> Response:
     agent_id = ctx.path("agent_id")
     pool = ctx.state.pool
-    agent = AgentOut.of(await accounts.owned_agent(pool, ctx.owner, agent_id))
+    (agent,) = await a2a_remotes.attach(
+        pool, [AgentOut.of(await accounts.owned_agent(pool, ctx.owner, agent_id))])
     keys = await accounts.list_keys(pool, ctx.owner, agent_id)
     try:
         webhook = await webhooks.get(pool, ctx.owner, agent_id)

@@ -16,6 +16,7 @@ UTC with microseconds (``2026-01-02T03:04:05.123456+00:00``), not pydantic's
 from __future__ import annotations
 
 from app.responses.accounts import (
+    A2ARemoteOut,
     AgentCard,
     AgentList,
     AgentOut,
@@ -78,6 +79,7 @@ from app.responses.teams import (
 )
 
 __all__ = [
+    "A2ARemoteOut",
     "Acked",
     "AgentCard",
     "AgentList",

@@ -34,13 +34,27 @@ class AgentSummary(Out):
     display_name: str
     description: str
     skills: list[Json]
-    kind: Literal["normal", "virtual-user"]
+    kind: Literal["normal", "virtual-user", "a2a"]
     status: str
     last_heartbeat_at: Timestamp | None
 
 
+class A2ARemoteOut(Out):
+    """An agent served by an A2A server elsewhere (kind "a2a"), as its owner sees it:
+    the headers' names only, never their values."""
+    card_url: str
+    header_names: list[str]
+    card: Json  # the card's name, description, skills and whether it streams
+    failures: int  # calls in a row that did not reach the remote
+    last_error: str | None
+    last_success_at: Timestamp | None
+    next_attempt_at: Timestamp
+
+
 class AgentOut(AgentSummary):
     """An agent as its owner (and the agent itself, ``GET /v1/mesh/me``) sees it."""
+    # ``a2a`` is always in the body (null for other kinds): required in the schema.
+    model_config = ConfigDict(extra="ignore", json_schema_serialization_defaults_required=True)
     inbox_seq: int
     acked_seq: int
     created_at: Timestamp
@@ -48,6 +62,7 @@ class AgentOut(AgentSummary):
     instructions: str  # the agent's system prompt; owners and the agent itself only
     listed: bool  # in the directory; the owner opts in with PATCH
     forked_from: str | None  # the publication it was forked from, if any
+    a2a: A2ARemoteOut | None = None  # kind "a2a" only: its remote A2A server
 
     @field_validator("skills", mode="before")
     @classmethod

@@ -13,6 +13,7 @@ from app.domain import registration
 from app.errors import Problem, conflict, forbidden, not_found, unauthorized
 from app.responses import AgentList, AgentOut, AgentToken, KeyInfo, NewKey, OwnerToken, Registered
 from app.schemas import AgentCreate, AgentPatch
+from app.services import a2a_remotes
 from app.services.kdf import Kdf
 from app.services.principal_cache import PrincipalCache
 from app.services.principals import Agent, Owner
@@ -251,5 +252,5 @@ async def revoke_key(pool: asyncpg.Pool, owner: Owner, agent_id: str, key_id: st
 
 
 async def list_agents(pool: asyncpg.Pool, owner: Owner) -> AgentList:
-    return AgentList(agents=[AgentOut.of(r) for r in await agents_store.list_owned(pool,
-                                                                                  owner.user_id)])
+    agents = [AgentOut.of(r) for r in await agents_store.list_owned(pool, owner.user_id)]
+    return AgentList(agents=await a2a_remotes.attach(pool, agents))

@@ -65,7 +65,7 @@ async def patch(conn: Conn, agent_id: str, owner_id: int, changes: dict[str, Any
 
 async def delete(conn: Conn, agent_id: str, owner_id: int) -> bool:
     result = await conn.execute(
-        "DELETE FROM agents WHERE agent_id = $1 AND owner_id = $2 AND kind = 'normal'",
+        "DELETE FROM agents WHERE agent_id = $1 AND owner_id = $2 AND kind <> 'virtual-user'",
         agent_id, owner_id)
     return result.endswith(" 1")
 
@@ -99,8 +99,9 @@ async def ack(conn: Conn, agent_id: str, seq: int) -> asyncpg.Record | None:
 
 
 async def set_reachable(conn: Conn, agent_id: str, reachable: bool) -> None:
-    """Presence from webhook delivery (ADR 035): a 2xx makes the agent ``active``,
-    an opened breaker ``inactive``. A draining agent stays draining."""
+    """Presence from outbound delivery: a webhook's 2xx (ADR 035) or an A2A
+    remote's answer (ADR 041) makes the agent ``active``, an opened breaker or an
+    unreachable remote ``inactive``. A draining agent stays draining."""
     if reachable:
         await conn.execute(
             "UPDATE agents SET status = 'active', last_heartbeat_at = now() "
@@ -116,7 +117,8 @@ async def set_reachable(conn: Conn, agent_id: str, reachable: bool) -> None:
 async def expire_heartbeats(conn: Conn, cutoff: datetime, limit: int) -> list[str]:
     """One bounded batch: active agents whose last heartbeat is older than ``cutoff``
     become ``inactive``. Draining agents are left alone, and so are agents whose
-    webhook's breaker is closed: they are reachable without a heartbeat (ADR 035).
+    webhook's breaker is closed (ADR 035) or whose A2A remote answers (ADR 041):
+    they are reachable without a heartbeat.
     A row another transaction holds (a heartbeat in flight) is skipped; the
     condition is re-checked under the row lock, so an agent that just heartbeated
     is never expired."""
@@ -125,6 +127,8 @@ async def expire_heartbeats(conn: Conn, cutoff: datetime, limit: int) -> list[st
         " SELECT agent_id FROM agents WHERE status = 'active' AND last_heartbeat_at < $1"
         " AND NOT EXISTS (SELECT 1 FROM agent_webhooks w"
         "                 WHERE w.agent_id = agents.agent_id AND w.breaker = 'closed')"
+        " AND NOT EXISTS (SELECT 1 FROM a2a_remotes r"
+        "                 WHERE r.agent_id = agents.agent_id AND r.failures = 0)"
         " ORDER BY last_heartbeat_at LIMIT $2 FOR UPDATE SKIP LOCKED)"
         " AND status = 'active' AND last_heartbeat_at < $1 RETURNING agent_id",
         cutoff, limit)

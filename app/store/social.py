@@ -36,7 +36,7 @@ async def relationships(conn: Conn, sender: str,
           -- One side is an owner's virtual user and one of that owner's own agents
           -- may talk to the other side (permissions.speaks_for_own_agents).
           EXISTS (SELECT 1 FROM agents h
-                  JOIN agents mine ON mine.owner_id = h.owner_id AND mine.kind = 'normal'
+                  JOIN agents mine ON mine.owner_id = h.owner_id AND mine.kind <> 'virtual-user'
                   CROSS JOIN LATERAL (SELECT CASE WHEN h.agent_id = $1 THEN r.agent_id
                                                   ELSE $1 END AS other) o
                   WHERE h.agent_id IN ($1, r.agent_id) AND h.kind = 'virtual-user'

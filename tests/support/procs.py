@@ -48,7 +48,7 @@ COMMANDS = procfile_commands()
 # (the bench removes its logs itself).
 LOG_DIR: Path | None = None
 READY_LINE = {"outbox": "relay started", "push": "push started", "cron": "cron started",
-              "webhook": "webhook worker started"}
+              "webhook": "webhook worker started", "a2a-bridge": "a2a bridge started"}
 
 
 def settings_env(settings: Settings, **extra: Any) -> dict[str, str]:
