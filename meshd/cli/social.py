@@ -15,19 +15,19 @@ from meshd.config import config_path, gateway_url, write_config_file
 from meshd.errors import ConfigError
 
 NO_TTY_HINT = (
-    "pass them without a terminal: `mesh login --url URL --api-key-stdin` with the key on stdin "
+    "pass the URL and key another way: `mesh login --url URL --api-key-stdin` with the key on stdin "
     "(e.g. printf %s \"$KEY\" | mesh login --url URL --api-key-stdin), or set MESH_URL and MESH_API_KEY"
 )
 
 
-def _ask(prompt: str, *, secret: bool) -> str:
+def _ask(prompt: str, what: str, *, secret: bool) -> str:
     """Read from the terminal; without one (a script, CI) say how to pass the value instead."""
     if not sys.stdin.isatty():
-        raise ConfigError(f"`mesh login` has no terminal to ask for the {prompt.lower()}; {NO_TTY_HINT}")
+        raise ConfigError(f"`mesh login` has no terminal to ask for {what}; {NO_TTY_HINT}")
     try:
         return (getpass.getpass(f"{prompt}: ") if secret else input(f"{prompt}: ")).strip()
     except EOFError:
-        raise ConfigError(f"no {prompt.lower()} given; {NO_TTY_HINT}") from None
+        raise ConfigError(f"no {what} given; {NO_TTY_HINT}") from None
 
 
 async def cmd_login(args: argparse.Namespace) -> int:
@@ -42,9 +42,9 @@ async def cmd_login(args: argparse.Namespace) -> int:
     else:
         key = args.api_key or os.environ.get("MESH_API_KEY") or cfg.api_key
     if not url:
-        url = gateway_url(await asyncio.to_thread(_ask, "Gateway URL", secret=False))
+        url = gateway_url(await asyncio.to_thread(_ask, "Gateway URL", "the gateway URL", secret=False))
     if not key:
-        key = await asyncio.to_thread(_ask, "Agent API key (mk_...)", secret=True)
+        key = await asyncio.to_thread(_ask, "Agent API key (mk_...)", "the API key", secret=True)
     if not url or not key:
         raise ConfigError("`mesh login` needs a gateway URL and an API key")
     async with MeshClient(url, api_key=key) as client:

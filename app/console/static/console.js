@@ -100,6 +100,20 @@
     return li;
   }
 
+  // "mesh:refresh" asks the page's live parts to re-read: at most about three times a
+  // second, and always once more after the last event (a plain throttle would drop
+  // the last events of a burst and leave a part behind what happened).
+  var lastRefresh = 0, refreshTimer = null;
+  function refreshSoon() {
+    if (refreshTimer) return;
+    var wait = Math.max(0, lastRefresh + 300 - Date.now());
+    refreshTimer = setTimeout(function () {
+      refreshTimer = null;
+      lastRefresh = Date.now();
+      document.body.dispatchEvent(new CustomEvent("mesh:refresh"));
+    }, wait);
+  }
+
   function live() {
     var host = document.querySelector("[data-live]");
     if (!host || !window.EventSource) return;
@@ -128,6 +142,7 @@
         if (empty) empty.hidden = true;
       }
       document.body.dispatchEvent(new CustomEvent("mesh:event", { detail: item }));
+      refreshSoon();
     };
     window.addEventListener("pagehide", function () { source.close(); });
   }
