@@ -205,7 +205,8 @@ def create_app(settings: Settings | None = None) -> MeshApp:
         middleware=[
             Middleware(RequestMetrics),
             Middleware(EncodedSlashGuard),
-            Middleware(BodyLimit, max_body_size=settings.max_body_bytes),
+            Middleware(BodyLimit, max_body_size=settings.max_body_bytes,
+                       console_max=max(settings.console_form_max_bytes, settings.max_body_bytes)),
             # Only while tracing is on: off, a request passes no tracing code.
             *([Middleware(Traced)] if tracing.setup("web") else []),
         ],

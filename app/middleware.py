@@ -1,4 +1,4 @@
-"""ASGI middleware: request metrics, and problem+json for Starlette's 413."""
+"""ASGI middleware: request metrics, and problem+json (or, for the console, HTML) for Starlette's 413."""
 
 from __future__ import annotations
 
@@ -118,21 +118,67 @@ class EncodedSlashGuard:
         await send({"type": "http.response.body", "body": body})
 
 
+class ConsoleBodyLimit:
+    """The console's forms are read by a person: past even the console's larger
+    limit, Starlette's 413 is answered with a short HTML page, not JSON."""
+
+    PAGE = ("<!doctype html><html lang=en><head><meta charset=utf-8><title>Too large</title>"
+            "<link rel=stylesheet href=/console/static/console.css></head><body><main>"
+            "<section class=card><h1>Too large</h1><p class=problem role=alert data-status=413>"
+            "What you sent is larger than {limit} MiB, more than the console accepts. "
+            "Go back with your browser (the text you typed is usually still there), shorten it "
+            "and send it again.</p><p><a href=/console/>Back to the dashboard</a></p>"
+            "</section></main></body></html>")
+
+    def __init__(self, app: ASGIApp, max_body_size: int) -> None:
+        self.app = app
+        self.body = self.PAGE.format(limit=f"{max_body_size / 2**20:g}").encode()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        rewriting = False
+
+        async def send_wrapper(message: Message) -> None:
+            nonlocal rewriting
+            # A form's own 413 is already its page (with the typed text): left alone.
+            if message["type"] == "http.response.start" and message["status"] == 413 and \
+                    not dict(message.get("headers", [])).get(b"content-type", b"").startswith(b"text/html"):
+                rewriting = True
+                await send({"type": "http.response.start", "status": 413, "headers": [
+                    (b"content-type", b"text/html; charset=utf-8"),
+                    (b"content-length", str(len(self.body)).encode()),
+                    (b"cache-control", b"no-store")]})
+                await send({"type": "http.response.body", "body": self.body})
+                return
+            if rewriting:
+                return
+            await send(message)
+
+        await self.app(scope, receive, send_wrapper)
+
+
 class BodyLimit:
     """The request body limit (Starlette's, worded as problem+json by
     :class:`ProblemBodyLimit`) for requests that carry a body. A request without
     one (no Content-Length or 0, no Transfer-Encoding: every GET, every SSE
     stream) is handed straight to the app as a tail call, so the two limiting
-    layers hold no frames for the lifetime of a stream (ADR 023)."""
+    layers hold no frames for the lifetime of a stream (ADR 023).
 
-    def __init__(self, app: ASGIApp, max_body_size: int) -> None:
+    Console form posts get ``console_max`` instead: their handlers refuse what
+    is over ``max_body_size`` themselves, on the form's page with the typed text
+    kept (ADR 038)."""
+
+    def __init__(self, app: ASGIApp, max_body_size: int, console_max: int | None = None) -> None:
         self.app = app
         self.limited = ProblemBodyLimit(RequestBodyLimitMiddleware(app, max_body_size),
                                         max_body_size)
+        cmax = console_max or max_body_size
+        self.console = ConsoleBodyLimit(RequestBodyLimitMiddleware(app, cmax), cmax)
 
     def __call__(self, scope: Scope, receive: Receive, send: Send) -> Awaitable[None]:
         if scope["type"] == "http" and not _has_body(scope):
             return self.app(scope, receive, send)
+        if scope["type"] == "http" and scope["path"].startswith("/console/"):
+            return self.console(scope, receive, send)
         return self.limited(scope, receive, send)
 
 

@@ -53,6 +53,10 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = 8080
     max_body_bytes: int = 1024 * 1024
+    # A console form may send up to this much: past max_body_bytes it is refused
+    # by the form's handler, which shows the limit next to the form and keeps
+    # the typed text (a page answered by the middleware would lose it).
+    console_form_max_bytes: int = 4 * 1024 * 1024
     registration_enabled: bool = True
     admin_usernames: list[str] = Field(default_factory=list)
 

@@ -8,11 +8,13 @@ else ``~/.config/mesh/config.json``), which is created with mode 0600.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from meshd.errors import ConfigError
 from meshd.files import atomic_write_json
@@ -33,6 +35,53 @@ class Config:
                 "no credentials: set MESH_API_KEY (an agent key, mk_...), pass --api-key, or run `mesh login`"
             )
         return self
+
+
+def _loopback(host: str | None) -> bool:
+    if host is None:
+        return False
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def gateway_url(text: str) -> str:
+    """``text`` as a gateway base URL, or a :class:`ConfigError` that says what is wrong.
+
+    A loopback address without a scheme (``127.0.0.1:8080``, ``localhost:8080``)
+    gets ``http://``: that is what a local gateway speaks, and nothing leaves the
+    machine. Any other host needs its scheme written out: guessing ``http://``
+    would send the key in clear text, guessing ``https://`` fails obscurely.
+    """
+    raw = text.strip()
+    if not raw:
+        raise ConfigError("the gateway URL is empty")
+    if "://" not in raw:
+        try:
+            host = urlsplit("http://" + raw).hostname
+        except ValueError:
+            host = None
+        if not _loopback(host):
+            raise ConfigError(
+                f"gateway URL {text!r} has no scheme: write https://{raw} (or http:// for a "
+                "gateway without TLS)"
+            )
+        raw = "http://" + raw
+    try:
+        parts = urlsplit(raw)
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number
+    except ValueError as e:
+        raise ConfigError(f"gateway URL {text!r} is not a valid URL ({e})") from None
+    if parts.scheme.lower() not in ("http", "https"):
+        raise ConfigError(f"gateway URL {text!r}: the scheme must be http:// or https://")
+    if not parts.hostname:
+        raise ConfigError(f"gateway URL {text!r} names no host")
+    if parts.query or parts.fragment:
+        raise ConfigError(f"gateway URL {text!r}: give the base URL only, without ? or #")
+    return raw.rstrip("/")
 
 
 def config_path(env: Mapping[str, str] | None = None) -> Path:
@@ -92,4 +141,4 @@ def load_config(
             api_key, token = env.get("MESH_API_KEY") or None, env.get("MESH_TOKEN") or None
         else:
             api_key, token = file.get("api_key"), file.get("token")
-    return Config(url=url.rstrip("/") if url else None, api_key=api_key, token=token, path=path)
+    return Config(url=gateway_url(url) if url else None, api_key=api_key, token=token, path=path)

@@ -16,7 +16,7 @@ from app.console import (
     views_social,
     views_tasks,
 )
-from app.console.web import HERE
+from app.console.web import HERE, post_only
 
 GET, POST = ["GET"], ["POST"]
 
@@ -51,6 +51,7 @@ def console_routes() -> list[BaseRoute]:
         Route("/tasks/{task_id}", views_tasks.task, methods=GET),
         Route("/tasks/{task_id}/messages", views_tasks.answer, methods=POST),
         Route("/tasks/{task_id}/cancel", views_tasks.cancel, methods=POST),
+        Route("/tasks/{task_id}/status", views_tasks.decide, methods=POST),
         Route("/friends", views_social.friends, methods=GET),
         Route("/friends", views_social.send_request, methods=POST),
         Route("/friends/{agent_id}/requests/{request_id}/{verb:str}", views_social.answer_request,
@@ -75,6 +76,26 @@ def console_routes() -> list[BaseRoute]:
         Route("/ops", views_ops.ops, methods=GET),
         Route("/ops/dead/retry", views_ops.retry_all, methods=POST),
         Route("/ops/dead/{row_id}/retry", views_ops.retry_one, methods=POST),
-        Mount("/static", StaticFiles(directory=str(HERE / "static")), name="console-static"),
     ]
+    routes += post_only_pages(routes)
+    routes.append(Mount("/static", StaticFiles(directory=str(HERE / "static")), name="console-static"))
     return [Mount("/console", routes=routes)]
+
+
+def post_only_pages(routes: list[BaseRoute]) -> list[BaseRoute]:
+    """A GET of an address that only takes a form (an old tab, a copied link, the
+    history) gets a console page saying so, with a link to the page the form is
+    on, instead of Starlette's bare 405."""
+    gets = [r.path for r in routes if isinstance(r, Route) and "GET" in (r.methods or ())]
+    extra: list[BaseRoute] = []
+    for r in routes:
+        if not isinstance(r, Route) or r.path in gets or any(
+                isinstance(e, Route) and e.path == r.path for e in extra):
+            continue
+        home = max((g for g in gets if _under(r.path, g)), key=len, default="/")
+        extra.append(Route(r.path, post_only(home), methods=GET))
+    return extra
+
+
+def _under(path: str, prefix: str) -> bool:
+    return prefix == "/" or path.startswith(prefix.rstrip("/") + "/")

@@ -7,12 +7,12 @@ from typing import Any
 
 from starlette.responses import Response
 
+from app.console import flash
 from app.console.owned import my_agents
 from app.console.runs_panel import runs_panel
 from app.console.web import ActionError, Ctx, action, back, page, validated
 from app.errors import Problem
-from app.responses import AgentOut, NewKey
-from app.responses.webhooks import WebhookCreated
+from app.responses import AgentOut
 from app.schemas import AgentCreate, AgentPatch, WebhookPut
 from app.services import a2a_remotes, accounts, webhooks
 
@@ -79,11 +79,23 @@ async def create_agent(ctx: Ctx) -> Response:
     return back(f"/console/agents/{created.agent_id}")
 
 
-async def agent_page(ctx: Ctx, *, error: ActionError | None = None, status: int = 200,
-                     new_key: NewKey | None = None,
-                     new_webhook: WebhookCreated | None = None) -> Response:
+async def _shown_once(ctx: Ctx, param: str, kind: str, agent_id: str) -> tuple[dict[str, Any] | None, bool]:
+    """The secret a form just made, taken out of its flash (once), and whether the
+    page was asked for one that is gone (a reload, a second look)."""
+    flash_id = ctx.query.get(param)
+    if not flash_id:
+        return None, False
+    value = await flash.take(ctx.state.redis, ctx.session.token, flash_id)
+    if value is None or value.get("kind") != kind or value.get("agent_id") != agent_id:
+        return None, True
+    return value, False
+
+
+async def agent_page(ctx: Ctx, *, error: ActionError | None = None, status: int = 200) -> Response:
     agent_id = ctx.path("agent_id")
     pool = ctx.state.pool
+    new_key, key_gone = await _shown_once(ctx, "key", "key", agent_id)
+    new_webhook, secret_gone = await _shown_once(ctx, "secret", "webhook", agent_id)
     (agent,) = await a2a_remotes.attach(
         pool, [AgentOut.of(await accounts.owned_agent(pool, ctx.owner, agent_id))])
     keys = await accounts.list_keys(pool, ctx.owner, agent_id)
@@ -94,7 +106,7 @@ async def agent_page(ctx: Ctx, *, error: ActionError | None = None, status: int 
     runs = await runs_panel(pool, ctx.owner, agent_id, ctx.query)
     return ctx.render("agent.html", status=status, error=error, nav="agents", agent=agent,
                       keys=keys, new_key=new_key, webhook=webhook, new_webhook=new_webhook,
-                      runs=runs,
+                      runs=runs, key_gone=key_gone, secret_gone=secret_gone,
                       skills_json=json.dumps(agent.skills, indent=2) if agent.skills else "")
 
 
@@ -126,9 +138,14 @@ async def delete_agent(ctx: Ctx) -> Response:
 
 @action("create-key", agent_page)
 async def create_key(ctx: Ctx) -> Response:
-    # Rendered, not redirected: the key exists only in this response (never stored, never shown again).
-    key = await accounts.create_key(ctx.state.pool, ctx.owner, ctx.path("agent_id"))
-    return await agent_page(ctx, new_key=key, status=201)
+    # Post/redirect/get: the key waits in a one-time flash for the page after the
+    # redirect (only its hash is stored for good); a reload creates nothing.
+    agent_id = ctx.path("agent_id")
+    key = await accounts.create_key(ctx.state.pool, ctx.owner, agent_id)
+    flash_id = await flash.put(ctx.state.redis, ctx.session.token,
+                               {"kind": "key", "agent_id": agent_id, "key_id": key.key_id,
+                                "api_key": key.api_key})
+    return back(f"/console/agents/{agent_id}?key={flash_id}#newkey-h")
 
 
 @action("revoke-key", agent_page)
@@ -141,12 +158,14 @@ async def revoke_key(ctx: Ctx) -> Response:
 
 @action("put-webhook", agent_page)
 async def put_webhook(ctx: Ctx) -> Response:
-    # Rendered, not redirected: the signing secret is shown in this response only.
+    # As for a key: the signing secret is shown once, on the page after the redirect.
     body = validated(WebhookPut, {"url": ctx.form.get("url", "")})
     s = ctx.state
-    created = await webhooks.put(s.pool, s.redis, s.settings, ctx.owner, ctx.path("agent_id"),
-                                 body.url)
-    return await agent_page(ctx, new_webhook=created)
+    agent_id = ctx.path("agent_id")
+    created = await webhooks.put(s.pool, s.redis, s.settings, ctx.owner, agent_id, body.url)
+    flash_id = await flash.put(s.redis, ctx.session.token,
+                               {"kind": "webhook", "agent_id": agent_id, "secret": created.secret})
+    return back(f"/console/agents/{agent_id}?secret={flash_id}#webhook-h")
 
 
 @action("delete-webhook", agent_page)

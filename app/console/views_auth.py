@@ -17,7 +17,15 @@ from app.api.auth import client_address
 from app.api.deps import state
 from app.console import csrf
 from app.console import session as sessions
-from app.console.web import SECURITY_HEADERS, ActionError, read_form, signed_in, templates, validated
+from app.console.web import (
+    SECURITY_HEADERS,
+    ActionError,
+    FormTooLarge,
+    read_form,
+    signed_in,
+    templates,
+    validated,
+)
 from app.errors import Problem, forbidden
 from app.schemas import Credentials
 from app.services import accounts
@@ -88,10 +96,19 @@ async def signin_page(request: Request) -> Response:
     return _form_page(request, "signin.html")
 
 
+async def _form_of(request: Request) -> tuple[dict[str, str], FormTooLarge | None]:
+    try:
+        return await read_form(request), None
+    except FormTooLarge as too_large:
+        return too_large.form, too_large
+
+
 async def signin(request: Request) -> Response:
-    form = await read_form(request)
+    form, too_large = await _form_of(request)
     try:
         _check_pre(request, form)
+        if too_large is not None:
+            raise too_large
         return await _start_session(request, form.get("username", ""), form.get("password", ""),
                                     _next(form.get("next")))
     except Problem as problem:
@@ -104,10 +121,12 @@ async def register_page(request: Request) -> Response:
 
 
 async def register(request: Request) -> Response:
-    form = await read_form(request)
+    form, too_large = await _form_of(request)
     s = state(request)
     try:
         _check_pre(request, form)
+        if too_large is not None:
+            raise too_large
         creds = validated(Credentials, {"username": form.get("username", ""),
                                         "password": form.get("password", "")})
         await accounts.register_at(s.pool, s.settings, creds.username, creds.password,
@@ -122,7 +141,7 @@ async def register(request: Request) -> Response:
 async def signout(request: Request) -> Response:
     who = await signed_in(request)
     if who is not None:
-        form = await read_form(request)
+        form, _ = await _form_of(request)  # signing out needs only the token: size is no matter
         try:
             csrf.check(who[1].csrf, form, dict(request.headers))
         except Problem as problem:

@@ -86,6 +86,7 @@ async def task_page(ctx: Ctx, *, error: ActionError | None = None, status: int =
                       history=history,
                       viewer=viewer.agent_id, runs=runs, cost=run_totals(runs), context=context,
                       as_human=me.agent_id in (detail.initiator, detail.serving_agent),
+                      serving_human=me.agent_id == detail.serving_agent,
                       terminal=detail.state in ("completed", "failed", "canceled", "rejected"))
 
 
@@ -110,4 +111,35 @@ async def cancel(ctx: Ctx) -> Response:
     await tasks_service.change_status(s.pool, s.settings, await human(ctx), task_id,
                                       validated(StatusChange, {"state": "canceled"}),
                                       wakeup=s.wakeup)
+    return back(f"/console/tasks/{task_id}")
+
+
+# A task sent to human@{me} is finished from its page or the dashboard with one
+# button. The state machine has no submitted → completed step: the console takes
+# the task into working first, as an agent would (both as human@{me}).
+DECISIONS = {"completed": "Completed", "rejected": "Rejected"}
+
+
+@action("decide", task_page)
+async def decide(ctx: Ctx) -> Response:
+    task_id = ctx.path("task_id")
+    target = ctx.form.get("state", "")
+    if target not in DECISIONS:
+        raise Problem(422, "choose Complete or Reject", errors=[{"field": "state",
+                                                                 "message": "unknown decision"}])
+    s = ctx.state
+    me = await human(ctx)
+    note = ctx.form.get("text", "")
+    current = (await tasks_service.get_task(s.pool, me, task_id)).state
+    if target == "completed" and current in ("submitted", "input-required"):
+        await tasks_service.change_status(s.pool, s.settings, me, task_id,
+                                          validated(StatusChange, {"state": "working"}),
+                                          wakeup=s.wakeup)
+    change: dict[str, object] = {"state": target}
+    if note.strip():
+        change["message"] = _text_message(note).model_dump(exclude_none=True)
+    await tasks_service.change_status(s.pool, s.settings, me, task_id,
+                                      validated(StatusChange, change), wakeup=s.wakeup)
+    if ctx.form.get("return_to") == "dashboard":
+        return back("/console/#needs-you")
     return back(f"/console/tasks/{task_id}")

@@ -92,6 +92,7 @@ class Ctx:
     owner: Owner
     session: sessions.Session
     form: dict[str, str]
+    too_large: FormTooLarge | None = None
 
     @property
     def query(self) -> Any:
@@ -105,7 +106,8 @@ class Ctx:
         return templates.TemplateResponse(
             self.request, template, status_code=status,
             context={"me": self.owner, "csrf_token": self.session.csrf, "error": error,
-                     "form": self.form, **data},
+                     "form": self.form, "form_max": self.state.settings.console_form_max_bytes,
+                     **data},
             headers=SECURITY_HEADERS)
 
 
@@ -113,15 +115,34 @@ Handler = Callable[[Ctx], Awaitable[Response]]
 Renderer = Callable[..., Awaitable[Response]]
 
 
+class FormTooLarge(Problem):
+    """A form over the body limit, parsed anyway (the console's own, larger limit let
+    it in) so that its page comes back with the problem and the typed text kept."""
+
+    def __init__(self, size: int, limit: int, form: dict[str, str]) -> None:
+        super().__init__(413, f"too large to send: {_mib(size)} (the limit is {_mib(limit)}, "
+                              f"{limit} bytes). Your text is still below; shorten it, or split it "
+                              "into several messages.", limit_bytes=limit)
+        self.form = form
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:.2f} MiB"
+
+
 async def read_form(request: Request) -> dict[str, str]:
     if request.method != "POST":
         return {}
-    raw = (await request.body()).decode("utf-8", errors="replace")
+    body = await request.body()
+    raw = body.decode("utf-8", errors="replace")
     form: dict[str, str] = {}
     for key, value in parse_qsl(raw, keep_blank_values=True):
         # A repeated field (checkboxes) is joined; no console form needs more.
         form[key] = f"{form[key]},{value}" if key in form else value
     check_storable(form)
+    limit = state(request).settings.max_body_bytes
+    if len(body) > limit:
+        raise FormTooLarge(len(body), limit, form)
     return form
 
 
@@ -152,6 +173,8 @@ async def _ctx(request: Request) -> Ctx | Response:
     try:
         check_path_params(request)
         ctx.form = await read_form(request)
+    except FormTooLarge as too_large:
+        ctx.form, ctx.too_large = too_large.form, too_large  # the action answers it
     except Problem as problem:
         return error_page(ctx, problem)
     return ctx
@@ -185,6 +208,8 @@ def action(name: str, again: Renderer) -> Callable[[Handler], Callable[[Request]
             except Problem as problem:
                 return error_page(ctx, problem)
             try:
+                if ctx.too_large is not None:
+                    raise ctx.too_large
                 return await fn(ctx)
             except Problem as problem:
                 err = ActionError(name, problem.detail, problem.status,
@@ -195,6 +220,24 @@ def action(name: str, again: Renderer) -> Callable[[Handler], Callable[[Request]
                     return error_page(ctx, second)
         return endpoint
     return wrap
+
+
+def post_only(home: str) -> Callable[[Request], Awaitable[Response]]:
+    """The page for a GET of a form's address: 405 with a way back (``home`` is the
+    page the form is on, a route template filled in from this request's path)."""
+    @page
+    async def endpoint(ctx: Ctx) -> Response:
+        back_to = "/console" + home.format(**{k: quote(str(v), safe="@:._-")
+                                             for k, v in ctx.request.path_params.items()})
+        problem = Problem(405, "This address only receives a form, so there is nothing to show "
+                               "here (a reload or an old link brought you here; nothing was "
+                               "done). The form is on the page linked below.",
+                          title="Nothing to show here")
+        resp = ctx.render("error.html", status=405, problem=problem, back_to=back_to)
+        resp.headers["Allow"] = "POST"
+        return resp
+    endpoint.post_only = True  # type: ignore[attr-defined]  # how tests find these routes
+    return endpoint
 
 
 def validated(model: type[M], data: dict[str, Any]) -> M:

@@ -59,4 +59,9 @@ def main(argv: list[str] | None = None) -> None:
     except MeshError as e:
         print(f"mesh: {e}", file=sys.stderr)
         code = EXIT_REFUSED
+    except Exception as e:  # a bug or an input nobody foresaw: one line, the traceback on -vv
+        if args.verbose > 1:
+            raise
+        print(f"mesh: unexpected error: {type(e).__name__}: {e} (run with -vv for details)", file=sys.stderr)
+        code = EXIT_REFUSED
     sys.exit(code)

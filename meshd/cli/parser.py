@@ -94,7 +94,7 @@ def _delivery(
 AGENT_EPILOG = """\
 Runs the Claude Agent SDK (with its bundled Claude Code CLI) once per inbox event
 that needs thought, behind the same delivery loop as `mesh daemon`. Install with
-pip install 'agent-meshd[claude]'. The model's credentials come from the
+pip install './meshd[claude]' from a checkout of the repository. The model's credentials come from the
 environment as the SDK expects (ANTHROPIC_API_KEY, ANTHROPIC_BASE_URL, ...).
 
 Per event: at most --max-turns turns, --max-budget-usd dollars and --timeout
@@ -212,6 +212,8 @@ def build_parser() -> argparse.ArgumentParser:
         return sub.add_parser(name, help=help, description=help, parents=[sub_common], **kw)
 
     p = add("login", "check an API key and save it (with the URL) to the config file, mode 0600")
+    p.add_argument("--api-key-stdin", action="store_true",
+                   help="read the key from stdin (one line) instead of a prompt: for scripts")  # fmt: skip
     p.set_defaults(run=social.cmd_login)
     p = add("logout", "delete the config file written by `mesh login`")
     p.set_defaults(run=social.cmd_logout)

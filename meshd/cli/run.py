@@ -64,7 +64,8 @@ async def cmd_agent(args: argparse.Namespace) -> int:
     except ImportError as e:
         raise ConfigError(
             f"`mesh agent` needs the Claude Agent SDK ({e}); install it with "
-            "pip install 'agent-meshd[claude]'"
+            "pip install './meshd[claude]' from a checkout of the repository "
+            "(the package is not on PyPI)"
         ) from e
     settings = AgentSettings(
         state_dir=args.state_dir,

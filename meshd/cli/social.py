@@ -6,28 +6,51 @@ import argparse
 import asyncio
 import getpass
 import os
+import sys
 from typing import Any
 
 from meshd.cli.common import EXIT_OK, cli_config, make_client, print_json, short, table
 from meshd.client import MeshClient
-from meshd.config import config_path, write_config_file
+from meshd.config import config_path, gateway_url, write_config_file
 from meshd.errors import ConfigError
+
+NO_TTY_HINT = (
+    "pass the URL and key another way: `mesh login --url URL --api-key-stdin` with the key on stdin "
+    "(e.g. printf %s \"$KEY\" | mesh login --url URL --api-key-stdin), or set MESH_URL and MESH_API_KEY"
+)
+
+
+def _ask(prompt: str, what: str, *, secret: bool) -> str:
+    """Read from the terminal; without one (a script, CI) say how to pass the value instead."""
+    if not sys.stdin.isatty():
+        raise ConfigError(f"`mesh login` has no terminal to ask for {what}; {NO_TTY_HINT}")
+    try:
+        return (getpass.getpass(f"{prompt}: ") if secret else input(f"{prompt}: ")).strip()
+    except EOFError:
+        raise ConfigError(f"no {what} given; {NO_TTY_HINT}") from None
 
 
 async def cmd_login(args: argparse.Namespace) -> int:
     cfg = cli_config(args, required=False)
-    url = args.url or cfg.url
+    url = cfg.url if args.url is None else gateway_url(args.url)
+    if getattr(args, "api_key_stdin", False):
+        if args.api_key:
+            raise ConfigError("give the key with --api-key or --api-key-stdin, not both")
+        key = (await asyncio.to_thread(sys.stdin.readline)).strip()
+        if not key:
+            raise ConfigError("--api-key-stdin: stdin held no key (one line, mk_...)")
+    else:
+        key = args.api_key or os.environ.get("MESH_API_KEY") or cfg.api_key
     if not url:
-        url = (await asyncio.to_thread(input, "Gateway URL: ")).strip()
-    key = args.api_key or os.environ.get("MESH_API_KEY") or cfg.api_key
+        url = gateway_url(await asyncio.to_thread(_ask, "Gateway URL", "the gateway URL", secret=False))
     if not key:
-        key = (await asyncio.to_thread(getpass.getpass, "Agent API key (mk_...): ")).strip()
+        key = await asyncio.to_thread(_ask, "Agent API key (mk_...)", "the API key", secret=True)
     if not url or not key:
         raise ConfigError("`mesh login` needs a gateway URL and an API key")
     async with MeshClient(url, api_key=key) as client:
         agent_id = await client.authenticate()
     path = args.config or config_path()
-    write_config_file(path, {"url": url.rstrip("/"), "api_key": key})
+    write_config_file(path, {"url": url, "api_key": key})
     if args.json:
         print_json({"agent_id": agent_id, "url": url, "config": str(path)})
     else:

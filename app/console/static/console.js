@@ -23,6 +23,27 @@
     var form = e.target;
     var question = form.getAttribute("data-confirm");
     if (question && !window.confirm(question)) { e.preventDefault(); return; }
+    // Past the console's own limit the server cannot send the text back: say so here,
+    // before sending, and keep what was typed. Below it the server answers the
+    // form itself (a too-large message comes back with its text), JS or not.
+    var max = parseInt(document.body.getAttribute("data-form-max") || "0", 10);
+    if (max && form.method.toLowerCase() === "post" && !form.enctype.startsWith("multipart")) {
+      var size = new Blob([new URLSearchParams(new FormData(form, e.submitter)).toString()]).size;
+      if (size > max) {
+        e.preventDefault();
+        var note = form.querySelector("[data-size-problem]");
+        if (!note) {
+          note = document.createElement("div");
+          note.className = "problem";
+          note.setAttribute("role", "alert");
+          note.setAttribute("data-size-problem", "");
+          form.insertBefore(note, form.firstChild);
+        }
+        note.textContent = "Too large to send: " + (size / 1048576).toFixed(2) + " MiB (the console takes at most " +
+          (max / 1048576).toFixed(2) + " MiB, and a message at most the gateway's body limit). Your text is still here; shorten it.";
+        return;
+      }
+    }
     // A loading state: the button says the request is on its way (and is not pressed twice).
     var button = e.submitter || form.querySelector("button[type=submit]");
     if (button && form.method.toLowerCase() === "post") {
@@ -79,6 +100,20 @@
     return li;
   }
 
+  // "mesh:refresh" asks the page's live parts to re-read: at most about three times a
+  // second, and always once more after the last event (a plain throttle would drop
+  // the last events of a burst and leave a part behind what happened).
+  var lastRefresh = 0, refreshTimer = null;
+  function refreshSoon() {
+    if (refreshTimer) return;
+    var wait = Math.max(0, lastRefresh + 300 - Date.now());
+    refreshTimer = setTimeout(function () {
+      refreshTimer = null;
+      lastRefresh = Date.now();
+      document.body.dispatchEvent(new CustomEvent("mesh:refresh"));
+    }, wait);
+  }
+
   function live() {
     var host = document.querySelector("[data-live]");
     if (!host || !window.EventSource) return;
@@ -89,8 +124,16 @@
     var source = new EventSource("/console/feed/stream" + (cursor ? "?cursor=" + encodeURIComponent(cursor) : ""));
     var list = document.getElementById("feed-list");
     var empty = document.getElementById("feed-empty");
-    source.onopen = function () { if (status) { status.textContent = "live"; status.classList.add("on"); } };
-    source.onerror = function () { if (status) { status.textContent = "reconnecting…"; status.classList.remove("on"); } };
+    source.onopen = function () {
+      window.meshLive = true;
+      status = document.querySelector("[data-live-status]");  // a live part may have replaced it
+      if (status) { status.textContent = "live"; status.classList.add("on"); }
+    };
+    source.onerror = function () {
+      window.meshLive = false;
+      status = document.querySelector("[data-live-status]");
+      if (status) { status.textContent = "reconnecting…"; status.classList.remove("on"); }
+    };
     source.onmessage = function (e) {
       var item;
       try { item = JSON.parse(e.data); } catch (err) { return; }
@@ -99,10 +142,51 @@
         if (empty) empty.hidden = true;
       }
       document.body.dispatchEvent(new CustomEvent("mesh:event", { detail: item }));
+      refreshSoon();
     };
     window.addEventListener("pagehide", function () { source.close(); });
   }
 
-  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", live);
-  else live();
+  // A task's page follows the task: when the feed brings an event of this task, the
+  // page is fetched again and its live parts are replaced (server-rendered HTML,
+  // parsed, never built from the event's data). A part holding typed text is kept.
+  function followTask() {
+    var host = document.querySelector("[data-task-live]");
+    if (!host) return;
+    var taskId = host.getAttribute("data-task-live");
+    var busy = false, again = false;
+    function typed(part) {
+      return Array.prototype.some.call(part.querySelectorAll("textarea, input[type=text]"), function (f) {
+        return f.value !== "" || f === document.activeElement;
+      });
+    }
+    function refresh() {
+      if (busy) { again = true; return; }
+      busy = true;
+      fetch(window.location.href, { credentials: "same-origin", headers: { "X-Mesh-Live": "1" } })
+        .then(function (r) { return r.ok ? r.text() : null; })
+        .then(function (html) {
+          if (!html) return;
+          var doc = new DOMParser().parseFromString(html, "text/html");
+          document.querySelectorAll("[data-live-part]").forEach(function (part) {
+            if (part.hasAttribute("data-live-keep-typed") && typed(part)) return;
+            var fresh = doc.getElementById(part.id);
+            if (fresh) part.replaceWith(document.importNode(fresh, true));
+          });
+          var status = document.querySelector("[data-live-status]");
+          if (status && window.meshLive) { status.textContent = "live"; status.classList.add("on"); }
+          document.body.dispatchEvent(new CustomEvent("mesh:task-updated", { detail: { task_id: taskId } }));
+        })
+        .catch(function () {})
+        .then(function () { busy = false; if (again) { again = false; refresh(); } });
+    }
+    document.body.addEventListener("mesh:event", function (e) {
+      var ev = (e.detail && e.detail.event) || {};
+      if (ev.task_id === taskId) refresh();
+    });
+  }
+
+  function start() { followTask(); live(); }
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", start);
+  else start();
 })();
