@@ -4,6 +4,8 @@ once; a form's address opened with GET is a page; a too-large form keeps its tex
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from typing import Any
 
 import httpx
 from playwright.async_api import expect
@@ -97,21 +99,25 @@ async def test_every_form_address_opened_with_get_is_a_page(open_page, uniq):
         await expect(page.get_by_role("heading", name="Nothing to show here")).to_be_visible()
 
 
+# Sample path values; any other parameter a route names gets a plain id.
+SAMPLE = {"agent_id": "x@y", "key_id": "k1", "task_id": "t-1", "request_id": "r1",
+          "friend_id": "f@y", "group_id": "g1", "verb": "accept", "row_id": "1"}
+
+
+def _paths(keep: Callable[[Any], bool]) -> list[str]:
+    mount = console_routes()[0]
+    return sorted({"/console" + re.sub(r"\{(\w+)(:\w+)?\}",
+                                       lambda m: SAMPLE.get(m.group(1), "p1"), r.path)
+                   for r in mount.routes if keep(r)})
+
+
 def _post_only_paths() -> list[str]:
     """Every console address that takes only POST, with sample path values."""
-    sample = {"agent_id": "x@y", "key_id": "k1", "task_id": "t-1", "request_id": "r1",
-              "friend_id": "f@y", "group_id": "g1", "verb": "accept", "row_id": "1"}
-    mount = console_routes()[0]
-    return sorted({"/console" + re.sub(r"\{(\w+)(:\w+)?\}", lambda m: sample[m.group(1)], r.path)
-                   for r in mount.routes if getattr(getattr(r, "endpoint", None), "post_only", False)})
+    return _paths(lambda r: getattr(getattr(r, "endpoint", None), "post_only", False))
 
 
 def _post_paths() -> list[str]:
-    sample = {"agent_id": "x@y", "key_id": "k1", "task_id": "t-1", "request_id": "r1",
-              "friend_id": "f@y", "group_id": "g1", "verb": "accept", "row_id": "1"}
-    mount = console_routes()[0]
-    return sorted({"/console" + re.sub(r"\{(\w+)(:\w+)?\}", lambda m: sample[m.group(1)], r.path)
-                   for r in mount.routes if getattr(r, "methods", None) and "POST" in r.methods})
+    return _paths(lambda r: bool(getattr(r, "methods", None)) and "POST" in r.methods)
 
 
 async def test_too_large_message_keeps_the_text_next_to_the_form(open_page, uniq, migrated: Settings):

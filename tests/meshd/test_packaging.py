@@ -15,7 +15,7 @@ from tests.meshd.support import REPO
 MESHD = REPO / "meshd"
 ALLOWED = {"meshd", "httpx", "httpx_sse", "jsonschema", "mcp", "pydantic"}
 # Optional extras: the sub-package that may import each (meshd/pyproject.toml's optional-dependencies).
-EXTRAS = {"claude_agent_sdk": MESHD / "agent"}
+EXTRAS = {"claude_agent_sdk": MESHD / "agent", "opentelemetry": MESHD / "tracing.py"}
 
 
 def test_distribution_metadata():
