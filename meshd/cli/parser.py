@@ -212,6 +212,8 @@ def build_parser() -> argparse.ArgumentParser:
         return sub.add_parser(name, help=help, description=help, parents=[sub_common], **kw)
 
     p = add("login", "check an API key and save it (with the URL) to the config file, mode 0600")
+    p.add_argument("--keyring", action="store_true",
+                   help="keep the key in the OS keyring; the config file then holds no secret")  # fmt: skip
     p.set_defaults(run=social.cmd_login)
     p = add("logout", "delete the config file written by `mesh login`")
     p.set_defaults(run=social.cmd_logout)
