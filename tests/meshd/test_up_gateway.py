@@ -21,9 +21,18 @@ from tests.meshd.test_daemon_gateway import EXEC, lines, skip_backlog
 KEYRING = {"PYTHON_KEYRING_BACKEND": "keyrings.alt.file.PlaintextKeyring"}
 
 
-def up_file(tmp: Path, url: str, agents: list[tuple[str, str, dict[str, str]]]) -> Path:
+def up_file(
+    tmp: Path, url: str, agents: list[tuple[str, str, dict[str, str]]], stop_timeout: float = 20
+) -> Path:
     """A ``mesh up`` file: each agent as (id, credentials line, handler environment)."""
-    text = [f'url = "{url}"', "stop_timeout = 20", "[restart]", "initial = 0.2", "maximum = 1", ""]
+    text = [
+        f'url = "{url}"',
+        f"stop_timeout = {stop_timeout}",
+        "[restart]",
+        "initial = 0.2",
+        "maximum = 1",
+        "",
+    ]
     for i, (agent_id, creds, env) in enumerate(agents):
         env_toml = ", ".join(f'{k} = "{v}"' for k, v in env.items())
         text += [
@@ -167,3 +176,60 @@ async def test_up_refuses_a_bad_file_in_one_line_naming_entry_and_field(tmp_path
     path.write_text('[[agents]]\nid = "one"\nkey_env = "NOT_SET_HERE"\n[agents.daemon]\nexec = "true"\n')
     code, _, err = await run_mesh("up", str(path), env=env)
     assert code == 2 and "NOT_SET_HERE" in err and "Traceback" not in err, err
+
+
+async def test_up_kills_an_agent_that_does_not_drain_within_stop_timeout(world, gateway, uniq, tmp_path):
+    sender, r = await world.pair(uniq)
+    await skip_backlog(gateway, r)
+    marker = tmp_path / "block"
+    marker.write_text("")
+    env = mesh_env(gateway, None, tmp_path, R_KEY=r.api_key)
+    async with Probe(tmp_path / "p.sock") as probe:
+        henv = {
+            "TEST_OUT": str(tmp_path / "r.out"),
+            "TEST_PROBE": str(probe.path),
+            "TEST_BLOCK_MARKER": str(marker),
+        }
+        # the daemon would wait 15 s (its --grace) for the blocked handler; mesh up waits 1 s
+        path = up_file(tmp_path, gateway, [(r.agent_id, 'key_env = "R_KEY"', henv)], stop_timeout=1)
+        sup = Proc(mesh_cmd("up", str(path)), env, name="mesh up")
+        try:
+            await sup.start()
+            await sup.wait_log("following the SSE stream")
+            async with MeshClient(gateway, api_key=sender.api_key) as s:
+                await s.send(r.agent_id, "block")
+            started = await probe.wait_for(1, prefix="started ")
+            sup.signal(signal.SIGTERM)
+            assert await sup.wait(timeout=20) == 1  # not every agent stopped by itself
+            await process_exit(int(started[0].split()[2]), timeout=10)  # nor does its handler run on
+            assert sup.count("still running 1s after SIGTERM; killed") == 1
+        finally:
+            print(sup.log())
+            await sup.stop()
+    rows = await run_mesh_json("status", str(path), env=env)
+    assert rows[0]["state"] == "stopped" and rows[0]["last_exit"] == -signal.SIGKILL
+
+
+async def test_agents_drain_when_the_supervisor_is_killed(world, gateway, uniq, tmp_path):
+    _, r = await world.pair(uniq)
+    env = mesh_env(gateway, None, tmp_path, R_KEY=r.api_key)
+    henv = {"TEST_OUT": str(tmp_path / "r.out"), "TEST_PROBE": str(tmp_path / "unused.sock")}
+    path = up_file(tmp_path, gateway, [(r.agent_id, 'key_env = "R_KEY"', henv)])
+    # no heartbeat in the test's time: an orphan that only failed to log would not notice
+    path.write_text(path.read_text().replace("heartbeat = 5", "heartbeat = 600"))
+    sup = Proc(mesh_cmd("up", str(path)), env, name="mesh up")
+    try:
+        await sup.start()
+        await sup.wait_log("following the SSE stream")
+        child = await wait_status(
+            tmp_path / "state" / "r0" / "up-status.json", lambda d: d["state"] == "running"
+        )
+        sup.signal(signal.SIGKILL)
+        assert await sup.wait() == -signal.SIGKILL
+        await process_exit(child["pid"], timeout=30)  # it got SIGTERM from the kernel, and drained
+    finally:
+        await sup.stop()
+    async with MeshClient(gateway, api_key=r.api_key) as c:
+        assert (await c.me())["status"] == "draining"
+    rows = await run_mesh_json("status", str(path), env=env)
+    assert rows[0]["state"] == "down"  # the supervisor never wrote "stopped"
