@@ -4,6 +4,9 @@ Precedence: command-line flags, then the environment (``MESH_URL``,
 ``MESH_API_KEY`` or ``MESH_TOKEN``), then the config file written by
 ``mesh login`` (``$MESH_CONFIG``, else ``$XDG_CONFIG_HOME/mesh/config.json``,
 else ``~/.config/mesh/config.json``), which is created with mode 0600.
+After ``mesh login --keyring`` that file names the agent (``"keyring"``) and the
+key itself is read from the OS keyring (:mod:`meshd.keyring_store`) — here, so
+every command finds it the same way.
 """
 
 from __future__ import annotations
@@ -123,6 +126,19 @@ def write_config_file(path: Path, data: Mapping[str, str]) -> None:
     atomic_write_json(path, dict(data), indent=2)
 
 
+def save_login(path: Path, url: str, agent_id: str, api_key: str, *, keyring: bool = False) -> str:
+    """Write what ``mesh login`` checked; returns where the key went, for the user."""
+    url = url.rstrip("/")
+    if not keyring:
+        write_config_file(path, {"url": url, "api_key": api_key})
+        return f"{path} (mode 0600)"
+    from meshd.keyring_store import SERVICE, store_key
+
+    store_key(agent_id, api_key)  # first: a config file must not point at a key that is not there
+    write_config_file(path, {"url": url, "keyring": agent_id})
+    return f"the OS keyring (service {SERVICE}, account {agent_id}); URL in {path}"
+
+
 def load_config(
     *,
     url: str | None = None,
@@ -141,4 +157,8 @@ def load_config(
             api_key, token = env.get("MESH_API_KEY") or None, env.get("MESH_TOKEN") or None
         else:
             api_key, token = file.get("api_key"), file.get("token")
+            if not (api_key or token) and file.get("keyring"):
+                from meshd.keyring_store import read_key
+
+                api_key = read_key(file["keyring"])
     return Config(url=gateway_url(url) if url else None, api_key=api_key, token=token, path=path)

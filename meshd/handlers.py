@@ -76,9 +76,10 @@ def event_env(event: InboxEvent, agent_id: str) -> dict[str, str]:
     return env
 
 
-def _parent_death_signal() -> Callable[[], None] | None:
+def parent_death_signal(sig: int = signal.SIGKILL) -> Callable[[], None] | None:
     """A ``preexec_fn`` that makes the child die with the daemon (Linux), so a
-    ``kill -9`` of the daemon cannot leave a handler finishing behind its back."""
+    ``kill -9`` of the daemon cannot leave a handler finishing behind its back.
+    (``mesh up`` asks for SIGTERM instead: an orphaned agent drains.)"""
     if not sys.platform.startswith("linux"):
         return None
     try:
@@ -87,10 +88,10 @@ def _parent_death_signal() -> Callable[[], None] | None:
     except (OSError, AttributeError):
         return None
     pr_set_pdeathsig = 1
-    sigkill = int(signal.SIGKILL)
+    number = int(sig)
 
     def preexec() -> None:
-        prctl(pr_set_pdeathsig, sigkill, 0, 0, 0)
+        prctl(pr_set_pdeathsig, number, 0, 0, 0)
 
     return preexec
 
@@ -146,7 +147,7 @@ class ExecHandler:
         self.timeout = timeout
         self.env = dict(os.environ if env is None else env)
         self.cwd = cwd
-        self._preexec = _parent_death_signal()
+        self._preexec = parent_death_signal()
         self._argv = direct_argv(command)
 
     async def __call__(self, event: InboxEvent, ctx: HandlerContext) -> Reply:

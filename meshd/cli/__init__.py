@@ -23,7 +23,7 @@ __all__ = ["build_parser", "event_line", "main", "task_text"]
 
 def _setup_logging(args: argparse.Namespace) -> None:
     level = logging.WARNING
-    if args.command in ("daemon", "tail", "agent"):
+    if args.command in ("daemon", "tail", "agent", "up"):
         level = logging.INFO
     if args.verbose:
         level = logging.DEBUG if args.verbose > 1 or level == logging.INFO else logging.INFO

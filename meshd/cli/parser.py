@@ -15,7 +15,7 @@ from typing import Any, get_args
 
 from meshd.agent.policies.config import PolicyConfig
 from meshd.agent.settings import AGENT_ATTEMPTS, DEFAULT_RUN_ON, DEFAULT_TOOLS, AgentSettings, RunSettings
-from meshd.cli import run, social, tasks, teams
+from meshd.cli import run, social, tasks, teams, up
 from meshd.handlers import DEFAULT_TIMEOUT
 from meshd.options import DaemonOptions, Transport
 from meshd.task_states import STATES
@@ -214,6 +214,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("login", "check an API key and save it (with the URL) to the config file, mode 0600")
     p.add_argument("--api-key-stdin", action="store_true",
                    help="read the key from stdin (one line) instead of a prompt: for scripts")  # fmt: skip
+    p.add_argument("--keyring", action="store_true",
+                   help="keep the key in the OS keyring; the config file then holds no secret")  # fmt: skip
     p.set_defaults(run=social.cmd_login)
     p = add("logout", "delete the config file written by `mesh login`")
     p.set_defaults(run=social.cmd_logout)
@@ -259,11 +261,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data", type=_json_object, help="add a data part (JSON object)")
     p.set_defaults(run=tasks.cmd_reply)
 
-    p = add("status", "move a task to another state")
-    p.add_argument("task_id", metavar="TASK")
-    p.add_argument("state", metavar="STATE", choices=STATES, help=", ".join(STATES))
+    p = add("status", "the agents of a `mesh up` FILE (default mesh.toml), or: move TASK to STATE",
+            usage="mesh status [FILE]  |  mesh status TASK STATE [-m NOTE]")  # fmt: skip
+    p.add_argument("task_id", metavar="FILE|TASK", nargs="?", help="a `mesh up` file, or a task id")
+    p.add_argument("state", metavar="STATE", nargs="?", choices=STATES, help=", ".join(STATES))
     p.add_argument("--message", "-m", help="a note sent with the change")
-    p.set_defaults(run=tasks.cmd_status)
+    p.set_defaults(run=up.cmd_status)
 
     p = add("task", "a task with its messages and artifacts")
     p.add_argument("task_id", metavar="TASK")
@@ -347,6 +350,12 @@ def build_parser() -> argparse.ArgumentParser:
         grace="on SIGTERM, how long the running handler may still take",
     )
     p.set_defaults(run=run.cmd_daemon)
+
+    p = add("up", "run the agents of a TOML FILE, each its own process, restarted when it dies "
+            "(see docs/meshd.md)")  # fmt: skip
+    p.add_argument("file", metavar="FILE", type=Path)
+    p.add_argument("--check", action="store_true", help="only check the file and say what would run")
+    p.set_defaults(run=up.cmd_up)
 
     add("mcp", "serve the mesh tools to an LLM over MCP (stdio)").set_defaults(run=run.cmd_mcp)
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from meshd.cli.common import EXIT_OK, cli_config, make_client, print_json, short, table
 from meshd.client import MeshClient
-from meshd.config import config_path, gateway_url, write_config_file
+from meshd.config import config_path, gateway_url, read_config_file, save_login
 from meshd.errors import ConfigError
 
 NO_TTY_HINT = (
@@ -50,17 +50,22 @@ async def cmd_login(args: argparse.Namespace) -> int:
     async with MeshClient(url, api_key=key) as client:
         agent_id = await client.authenticate()
     path = args.config or config_path()
-    write_config_file(path, {"url": url, "api_key": key})
+    where = save_login(path, url, agent_id, key, keyring=args.keyring)
     if args.json:
-        print_json({"agent_id": agent_id, "url": url, "config": str(path)})
+        print_json({"agent_id": agent_id, "url": url, "config": str(path), "keyring": args.keyring})
     else:
-        print(f"Logged in as {agent_id} at {url}; saved to {path} (mode 0600).")
+        print(f"Logged in as {agent_id} at {url}; saved to {where}.")
     return EXIT_OK
 
 
 async def cmd_logout(args: argparse.Namespace) -> int:
     path = args.config or config_path()
     existed = path.exists()
+    account = read_config_file(path).get("keyring") if existed else None
+    if account:
+        from meshd.keyring_store import delete_key
+
+        delete_key(account)
     path.unlink(missing_ok=True)
     if not args.json:
         print(f"Removed {path}." if existed else f"No config at {path}.")

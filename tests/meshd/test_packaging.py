@@ -1,6 +1,7 @@
-"""``meshd`` installs on its own: its distribution declares only httpx, httpx-sse, mcp and
-pydantic (its models; mcp brings it anyway), and no module imports anything else
-outside the standard library — in particular not the gateway's ``app``. The one exception is
+"""``meshd`` installs on its own: its distribution declares only httpx, httpx-sse, mcp,
+pydantic (its models; mcp brings it anyway) and keyring (``mesh login --keyring``), and no
+module imports anything else outside the standard library — in particular not the gateway's
+``app``. The one exception is
 ``meshd/agent`` (``mesh agent``), which may import its optional ``claude`` extra
 (``tests/meshd/test_agent_packaging.py`` narrows that to the runner and its tools)."""
 
@@ -13,7 +14,7 @@ import tomllib
 from tests.meshd.support import REPO
 
 MESHD = REPO / "meshd"
-ALLOWED = {"meshd", "httpx", "httpx_sse", "jsonschema", "mcp", "pydantic"}
+ALLOWED = {"meshd", "httpx", "httpx_sse", "jsonschema", "mcp", "pydantic", "keyring"}
 # Optional extras: the sub-package that may import each (meshd/pyproject.toml's optional-dependencies).
 EXTRAS = {"claude_agent_sdk": MESHD / "agent", "opentelemetry": MESHD / "tracing.py"}
 
@@ -21,7 +22,7 @@ EXTRAS = {"claude_agent_sdk": MESHD / "agent", "opentelemetry": MESHD / "tracing
 def test_distribution_metadata():
     meta = tomllib.loads((MESHD / "pyproject.toml").read_text())
     deps = {d.split(">")[0].split("<")[0].split("=")[0] for d in meta["project"]["dependencies"]}
-    assert deps == {"httpx", "httpx-sse", "jsonschema", "mcp", "pydantic"}
+    assert deps == {"httpx", "httpx-sse", "jsonschema", "mcp", "pydantic", "keyring"}
     assert meta["project"]["scripts"] == {"mesh": "meshd.cli:main"}
     assert meta["tool"]["setuptools"]["package-dir"] == {"meshd": "."}
     # every folder with modules is a package the distribution ships

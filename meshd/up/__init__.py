@@ -1,0 +1,1 @@
+"""``mesh up``: several agents from one file under one supervisor, and what ``mesh status`` shows of them."""
