@@ -98,8 +98,10 @@ class Env:
         """The bench settings with some fields changed (validated like a process's env)."""
         return Settings(**(self.settings.model_dump() | overrides))
 
-    async def process(self, kind: str, settings: Settings | None = None) -> MeshProcess:
-        proc = MeshProcess(kind, settings or self.settings)
+    async def process(self, kind: str, settings: Settings | None = None,
+                      os_env: dict[str, str] | None = None) -> MeshProcess:
+        """``os_env``: other environment variables (e.g. ``OTEL_*``) on top of ours."""
+        proc = MeshProcess(kind, settings or self.settings, os_env=os_env)
         self.procs.append(proc)
         self.logs.append(proc.log)
         await proc.start()

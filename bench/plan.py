@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 SCENARIOS = ("latency", "floor", "sends", "profile", "scaleout", "relay", "longpoll", "idle", "daemon",
-             "webhooks")
+             "webhooks", "tracing")
 
 
 @dataclass(frozen=True)

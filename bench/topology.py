@@ -24,6 +24,8 @@ class Topology:
     # The settings each kind runs with (the outbox is restarted on the seed relay's
     # settings for the latency baseline); None: the bench's settings.
     settings: dict[str, Settings | None] = field(default_factory=lambda: dict.fromkeys(KINDS))
+    # Other environment variables per kind (the tracing scenario's ``OTEL_*``); None: none.
+    os_env: dict[str, dict[str, str] | None] = field(default_factory=lambda: dict.fromkeys(KINDS))
 
     @property
     def size(self) -> int:
@@ -53,12 +55,15 @@ class Topology:
             while len(running) > n:
                 await env.stop(running.pop())
             while len(running) < n:
-                running.append(await env.process(kind, self.settings[kind]))
+                running.append(await env.process(kind, self.settings[kind], self.os_env[kind]))
 
-    async def restart(self, env: Env, kind: str, settings: Settings | None) -> None:
-        """Every process of ``kind`` again, with ``settings`` (None: the bench's)."""
+    async def restart(self, env: Env, kind: str, settings: Settings | None,
+                      os_env: dict[str, str] | None = None) -> None:
+        """Every process of ``kind`` again, with ``settings`` (None: the bench's) and
+        ``os_env`` (other environment variables; None: none)."""
         self.settings[kind] = settings
+        self.os_env[kind] = os_env
         n = len(self.procs[kind])
         for proc in self.procs[kind]:
             await env.stop(proc)
-        self.procs[kind] = [await env.process(kind, settings) for _ in range(n)]
+        self.procs[kind] = [await env.process(kind, settings, os_env) for _ in range(n)]
