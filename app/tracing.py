@@ -141,6 +141,15 @@ def batch(name: str, traceparents: Iterable[str | None], *,
         return
     traced = [tp for tp in traceparents if tp]
     attrs = {"mesh.batch_size": len(traced), **(attributes or {})}
+    if not traced:  # nothing traced in it: no span, and no trace of its own
+        yield
+        return
+    if len(traced) == 1:
+        # A batch of one message (most of them at a trickle) is that message's
+        # span alone: no batch span and no links to build and export.
+        with span(name, traceparent=traced[0], attributes=attrs):
+            yield
+        return
     start = time.time_ns()
     with span(f"{name}.batch", links=traced, attributes=attrs) as whole:
         yield
