@@ -124,6 +124,10 @@ class MeshClient:
         """Tell the gateway this agent is going away (status → ``draining``)."""
         return await self._call("DELETE", "/v1/mesh/online")
 
+    async def go_inactive(self) -> dict[str, Any]:
+        """Tell the gateway this agent stopped, its work finished (status → ``inactive``)."""
+        return await self._call("POST", "/v1/mesh/offline")
+
     # -- who's who -----------------------------------------------------------
     async def me(self) -> dict[str, Any]:
         body: dict[str, Any] = await self._call("GET", "/v1/mesh/me")

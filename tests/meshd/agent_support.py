@@ -126,3 +126,18 @@ async def await_message(person: OwnerHandle | AgentHandle, task_id: str, sender:
                 if e["type"] == "task.message" and e["task_id"] == task_id and e["from_agent_id"] == sender:
                     return e  # type: ignore[no-any-return]
             after = page["next_after"]
+
+
+async def console_get(owner: OwnerHandle, path: str) -> str:
+    """``path`` of the owner console, as ``owner`` signed in through the sign-in form."""
+    import httpx
+
+    # Its own cookie jar: the shared client stays a bearer-token client.
+    async with httpx.AsyncClient(base_url=owner.http.base_url) as http:
+        pre = (await http.get("/console/signin")).cookies["mesh_console_pre"]
+        resp = await http.post("/console/signin", data={"username": owner.username,
+                                                        "password": owner.password, "csrf": pre})
+        assert resp.status_code == 303, resp.text
+        page = await http.get(path)
+    assert page.status_code == 200, page.text
+    return page.text
