@@ -39,6 +39,7 @@ from claude_agent_sdk import (
 from claude_agent_sdk import __version__ as sdk_version
 from claude_agent_sdk.types import HookEvent
 
+from meshd.agent import model_api
 from meshd.agent.permissions import path_guard
 from meshd.agent.policies import actions, notes, sandbox
 from meshd.agent.policies.chitchat import is_chit_chat
@@ -65,6 +66,9 @@ LIMITS = {
 # Events that change who the agent may talk to: the teammates summary is rebuilt.
 TEAM_EVENTS = frozenset({"friend.accepted", "friend.request", "group.notice"})
 RUNTIME = f"claude-agent-sdk/{sdk_version}"
+# The CLI retries a model API it cannot connect to for about three minutes: a run
+# gives up after this many failed connections (a few seconds), naming the URL.
+UNREACHABLE_RETRIES = 3
 HookSource = Callable[[RunContext], dict[HookEvent, list[HookMatcher]]]
 
 
@@ -278,6 +282,8 @@ class AgentRunner:
                         async for msg in stream:
                             if isinstance(msg, SystemMessage) and msg.subtype == "init":
                                 session_id = msg.data.get("session_id") or session_id
+                            elif isinstance(msg, SystemMessage) and msg.subtype == "api_retry":
+                                _give_up_on_model(msg.data)
                             elif isinstance(msg, AssistantMessage) and msg.parent_tool_use_id is None:
                                 run.turns += 1
                                 texts = [b.text for b in msg.content if isinstance(b, TextBlock) and b.text]
@@ -301,8 +307,9 @@ class AgentRunner:
                 kind = result.subtype
             elif result.is_error:
                 detail = "; ".join(result.errors or []) or result.result or result.subtype
-                status = f" (model API status {result.api_error_status})" if result.api_error_status else ""
-                raise HandlerError(f"the agent run failed{status}: {detail}")
+                status = f" status {result.api_error_status}" if result.api_error_status else ""
+                raise HandlerError(f"the agent run failed (model API at {model_api.base_url()}{status}): "
+                                   f"{detail}")
         elif result is None and kind == "ok":
             raise HandlerError("the agent run ended without a result")
         total = result.total_cost_usd if result and result.total_cost_usd is not None else None
@@ -415,3 +422,14 @@ class AgentRunner:
             event.seq, outcome.kind, outcome.turns, outcome.cost_usd, outcome.duration_ms,
             rec.posted, auto, totals.get("runs", 0), totals.get("cost_usd", 0.0),
         )  # fmt: skip
+
+
+def _give_up_on_model(retry: dict[str, Any]) -> None:
+    """Stop a run whose model API cannot be reached or refuses the key, instead of
+    letting the CLI retry for minutes: the error names the URL."""
+    status, attempt = retry.get("error_status"), int(retry.get("attempt") or 0)
+    url = model_api.base_url()
+    if status in (401, 403):
+        raise HandlerError(f"the model API at {url} refused the credentials (HTTP {status})")
+    if status is None and attempt >= UNREACHABLE_RETRIES:
+        raise HandlerError(f"the model API at {url} is unreachable ({attempt} connection attempts failed)")

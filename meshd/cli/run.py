@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 
 from meshd.cli.common import EXIT_OK, cli_config, make_client
 from meshd.errors import ConfigError
@@ -102,5 +103,9 @@ async def cmd_agent(args: argparse.Namespace) -> int:
     # The runner posts its own replies (with the run's figures in their metadata).
     opts = daemon_options(args, reply=False)
     runner = AgentRunner(settings)  # refuses --check without a sandbox before connecting
+    if not args.skip_model_check:
+        from meshd.agent import model_api
+
+        logging.getLogger("meshd.agent").info("%s", await model_api.check(args.model))
     async with make_client(args, max_attempts=5) as client:
         return await Daemon(client, runner, opts).run()
