@@ -296,6 +296,7 @@ class MeshClient:
         *,
         parts: list[Part] | None = None,
         message_id: str | None = None,
+        metadata: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         """Move a task to ``state`` (a compare-and-set on the gateway; illegal moves → 409).
 
@@ -309,6 +310,8 @@ class MeshClient:
                 "message_id": message_id or new_message_id(me),
                 "parts": _parts(message, parts, None),
             }
+            if metadata is not None:
+                body["message"]["metadata"] = metadata
         return await self._call("POST", f"/v1/mesh/tasks/{_seg(task_id)}/status", json=body)
 
     async def add_artifact(

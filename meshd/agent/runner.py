@@ -48,7 +48,7 @@ from meshd.agent.policies.sandbox import Sandbox
 from meshd.agent.prompt import Teammates, system_prompt, wake_prompt
 from meshd.agent.sessions import RunLog, RunRecord, SessionStore, conversation_key, peer_of
 from meshd.agent.settings import RISKY_TOOLS, AgentSettings, Policy, RunSettings, default_policy
-from meshd.agent.tools import RunContext, mesh_server, note_part
+from meshd.agent.tools import NEEDS_WORKING, RunContext, mesh_server, note_part
 from meshd.config import config_path, state_root
 from meshd.errors import ConflictError, MeshError, NotFoundError
 from meshd.handlers import HandlerContext, HandlerError, Reply
@@ -183,6 +183,7 @@ class AgentRunner:
         auto = False
         if outcome.kind == "ok":
             auto = await self._auto_reply(event, task, run, outcome)
+            await self._close(event, task, run, outcome, auto, plan)
             if plan.handshake and task is not None:
                 await actions.await_confirmation(run, task)
             self.policies.finished(key, ok=True)
@@ -331,7 +332,9 @@ class AgentRunner:
         return {
             "mesh_run": {
                 "runtime": RUNTIME,
+                "run_id": run.run_id,
                 "event_id": event.event_id,
+                "final": True,
                 "outcome": outcome.kind,
                 "cost_usd": round(outcome.cost_usd, 6),
                 "turns": outcome.turns,
@@ -369,6 +372,46 @@ class AgentRunner:
             return False
         return True
 
+    async def _close(self, event: InboxEvent, task: Task | None, run: RunContext, outcome: Outcome,
+                     auto: bool, plan: Plan) -> None:  # fmt: skip
+        """After a run that ended normally: apply the state changes the model asked for and,
+        on the task it serves and answered without setting a state, complete it. Each change
+        carries the run's final figures, which mid-run messages could not know (ADR 037)."""
+        figures = self._final_metadata(event, outcome, run)
+        for task_id, (state, note) in run.held.items():
+            await self._apply(run, task_id, state, note, figures)
+        if task is None or task.serving_agent != self.me or task.task_id in run.held:
+            return
+        if event.type not in ("task.created", "task.message"):
+            return
+        answered = auto or task.task_id in run.posted_on
+        if run.waiting:
+            # It asked others and waits for their answers: not done, but being worked on.
+            await self._apply(run, task.task_id, "working", None, figures, only_from="submitted")
+        elif answered and self.settings.auto_complete and not plan.handshake:
+            await self._apply(run, task.task_id, "completed", None, figures)
+
+    async def _apply(self, run: RunContext, task_id: str, state: str, note: str | None,
+                     figures: dict[str, Any], only_from: str | None = None) -> None:  # fmt: skip
+        client = run.client
+        meta = figures
+        if note is None:
+            # The runtime's own words, not the model's: marked so a reader can tell.
+            meta = {**figures, "mesh_run": {**figures["mesh_run"], "closing": True}}
+        fig = figures["mesh_run"]
+        text = note or f"Run finished: {fig['turns']} turns, ${fig['cost_usd']:.4f}."
+        try:
+            now = await client.get_task(task_id)
+            if now.terminal or (only_from is not None and now.state != only_from):
+                return
+            if state in NEEDS_WORKING and now.state in ("submitted", "input-required"):
+                await client.set_status(task_id, "working")
+            await client.set_status(task_id, state, text, metadata=meta,
+                                    message_id=run.message_id(f"{run.event.event_id}/close/{task_id}"))
+            log.info("task %s set to %s after the run", task_id, state)
+        except MeshError as e:
+            log.warning("could not set task %s to %s after the run: %s", task_id, state, e)
+
     async def _limit_note(
         self, event: InboxEvent, rs: RunSettings, run: RunContext, outcome: Outcome
     ) -> None:
@@ -391,17 +434,18 @@ class AgentRunner:
         if not event.task_id:
             return
         client = run.client
-        parts = [note_part(note, self._final_metadata(event, outcome, run, limit=limit))]
+        meta = self._final_metadata(event, outcome, run, limit=limit)
+        parts = [note_part(note, meta)]
         mid = run.message_id(f"{event.event_id}/limit")
         try:
             task = await client.get_task(event.task_id)
             if task.terminal:
                 return
             if task.serving_agent == self.me:
-                await set_failed(client, task, parts=parts, message_id=mid)
+                await set_failed(client, task, parts=parts, message_id=mid, metadata=meta)
                 log.info("task %s set to failed (%s)", task.task_id, limit)
             else:
-                await client.reply(task.task_id, parts=parts, message_id=mid)
+                await client.reply(task.task_id, parts=parts, message_id=mid, metadata=meta)
         except MeshError as e:
             log.warning("could not report the %s on task %s: %s", limit, event.task_id, e)
 

@@ -79,6 +79,7 @@ async def cmd_agent(args: argparse.Namespace) -> int:
         ),
         run_on=frozenset(args.run_on),
         auto_reply=not args.no_auto_reply,
+        auto_complete=not args.no_auto_complete,
         tools=tuple(dict.fromkeys([*args.tools, *args.allow_tool])),
         extra_dirs=tuple(args.add_dir),
         history=args.history,

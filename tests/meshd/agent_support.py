@@ -65,11 +65,17 @@ async def task_of(who: OwnerHandle | AgentHandle, task_id: str) -> dict[str, Any
     return resp.json()  # type: ignore[no-any-return]
 
 
+def closing(message: dict[str, Any]) -> bool:
+    """The runtime's own closing note (a state change carrying the run's figures)."""
+    return bool(((message.get("metadata") or {}).get("mesh_run") or {}).get("closing"))
+
+
 def texts_by(task: dict[str, Any], sender: str) -> list[str]:
+    """What ``sender`` said on the task (the runtime's closing notes left out)."""
     return [
         "".join(p.get("text", "") for p in m["parts"] if p.get("kind") == "text")
         for m in task["messages"]
-        if m.get("sender") == sender
+        if m.get("sender") == sender and not closing(m)
     ]
 
 
