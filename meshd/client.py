@@ -124,6 +124,10 @@ class MeshClient:
         """Tell the gateway this agent is going away (status → ``draining``)."""
         return await self._call("DELETE", "/v1/mesh/online")
 
+    async def go_inactive(self) -> dict[str, Any]:
+        """Tell the gateway this agent stopped, its work finished (status → ``inactive``)."""
+        return await self._call("POST", "/v1/mesh/offline")
+
     # -- who's who -----------------------------------------------------------
     async def me(self) -> dict[str, Any]:
         body: dict[str, Any] = await self._call("GET", "/v1/mesh/me")
@@ -292,6 +296,7 @@ class MeshClient:
         *,
         parts: list[Part] | None = None,
         message_id: str | None = None,
+        metadata: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         """Move a task to ``state`` (a compare-and-set on the gateway; illegal moves → 409).
 
@@ -305,6 +310,8 @@ class MeshClient:
                 "message_id": message_id or new_message_id(me),
                 "parts": _parts(message, parts, None),
             }
+            if metadata is not None:
+                body["message"]["metadata"] = metadata
         return await self._call("POST", f"/v1/mesh/tasks/{_seg(task_id)}/status", json=body)
 
     async def add_artifact(

@@ -8,8 +8,9 @@ posts what it produced. Only after the handler succeeded is the event recorded
 handler that keeps failing is given up after ``attempts``: the task it served
 is set ``failed`` with the error, and the inbox moves on.
 
-SIGTERM/SIGINT: no new event is started, the running handler may finish
-(``shutdown_grace``), the agent goes ``draining`` (``DELETE /v1/mesh/online``),
+SIGTERM/SIGINT: no new event is started; while the running handler may still
+finish (``shutdown_grace``) the agent is ``draining`` (``DELETE /v1/mesh/online``);
+then the cursor is acked, the agent goes ``inactive`` (``POST /v1/mesh/offline``),
 the state is flushed, and the process exits.
 """
 
@@ -20,6 +21,7 @@ import contextlib
 import logging
 import signal
 import time
+from collections.abc import Awaitable, Callable
 
 from meshd import tracing
 from meshd.backoff import Backoff
@@ -144,6 +146,8 @@ class Daemon:
         finally:
             # 1. let the running handler finish, up to the grace period
             if not self._idle.is_set():
+                # Draining means "finishing the current work": only while there is some.
+                await self._presence(self.client.go_offline, "draining")
                 log.info("waiting up to %.0fs for the running handler", self.opt.shutdown_grace)
                 try:
                     async with asyncio.timeout(self.opt.shutdown_grace):
@@ -172,16 +176,20 @@ class Daemon:
 
     async def _go_offline(self) -> None:
         assert self.state is not None
+        cursor = self.state.cursor
+        if cursor is not None and (self._acked is None or self._acked < cursor):
+            with contextlib.suppress(MeshError, TimeoutError):
+                async with asyncio.timeout(self.opt.offline_timeout):
+                    await self.client.ack(cursor)
+        await self._presence(self.client.go_inactive, "inactive (stopped)")
+
+    async def _presence(self, call: Callable[[], Awaitable[object]], what: str) -> None:
         try:
             async with asyncio.timeout(self.opt.offline_timeout):
-                cursor = self.state.cursor
-                if cursor is not None and (self._acked is None or self._acked < cursor):
-                    with contextlib.suppress(MeshError):
-                        await self.client.ack(cursor)
-                await self.client.go_offline()
-            log.info("agent %s is now draining", self.agent_id)
+                await call()
+            log.info("agent %s is now %s", self.agent_id, what)
         except (MeshError, TimeoutError) as e:
-            log.warning("could not tell the gateway we are going offline: %s", e)
+            log.warning("could not tell the gateway this agent is %s: %s", what, e)
 
     # -- background loops ----------------------------------------------------
     async def _heartbeat_loop(self) -> None:

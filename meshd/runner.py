@@ -89,12 +89,14 @@ async def set_failed(
     *,
     parts: list[Part] | None = None,
     message_id: str | None = None,
+    metadata: dict[str, Any] | None = None,
 ) -> None:
     """Move ``task``, which we serve, to ``failed``: through ``working`` where the direct move is illegal."""
     # `submitted → failed` is not a legal move; `input-required → failed` neither.
     if task.state in ("submitted", "input-required"):
         await client.set_status(task.task_id, "working")
-    await client.set_status(task.task_id, "failed", message, parts=parts, message_id=message_id)
+    await client.set_status(task.task_id, "failed", message, parts=parts, message_id=message_id,
+                            metadata=metadata)
 
 
 class Outbox:

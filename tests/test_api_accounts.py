@@ -354,6 +354,9 @@ async def test_presence_cycle(mesh):
     # A heartbeat keeps a draining agent draining…
     assert ok(await a.post("/v1/mesh/heartbeat"))["status"] == "draining"
     assert ok(await a.get("/v1/mesh/me"))["status"] == "draining"
+    # Its work finished, a clean stop leaves it offline, not "finishing" forever.
+    assert ok(await a.post("/v1/mesh/offline"))["status"] == "inactive"
+    assert ok(await a.get("/v1/mesh/me"))["status"] == "inactive"
     # …until it comes back explicitly.
     assert ok(await a.post("/v1/mesh/online"))["status"] == "active"
     assert ok(await a.post("/v1/mesh/heartbeat"))["status"] == "active"

@@ -221,6 +221,7 @@ DOCUMENTED_PATHS = {
     "/v1/groups/{group_id}/members/{agent_id}": {"delete"},
     "/v1/mesh/heartbeat": {"post"},
     "/v1/mesh/online": {"delete"},
+    "/v1/mesh/offline": {"post"},
     "/v1/mesh/me": {"get"},
     "/v1/mesh/friends": {"get"},
     "/v1/mesh/friends/requests": {"post"},

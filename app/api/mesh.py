@@ -40,6 +40,13 @@ async def offline(request: Request) -> Response:
     return json(await presence.go_draining(state(request).pool, me))
 
 
+@doc("Stopped: the agent finished its work and is offline (inactive) until it comes "
+     "online again", response=Presence, auth="agent")
+async def stopped(request: Request) -> Response:
+    me = await agent(request)
+    return json(await presence.go_inactive(state(request).pool, me))
+
+
 @doc("Who am I: the calling agent's profile, presence and inbox cursor", response=AgentOut,
      auth="agent")
 async def me(request: Request) -> Response:
@@ -116,6 +123,7 @@ routes = [
     Route("/v1/mesh/heartbeat", heartbeat, methods=["POST"]),
     Route("/v1/mesh/online", online, methods=["POST"]),
     Route("/v1/mesh/online", offline, methods=["DELETE"]),
+    Route("/v1/mesh/offline", stopped, methods=["POST"]),
     Route("/v1/mesh/me", me, methods=["GET"]),
     Route("/v1/mesh/friends", friends, methods=["GET"]),
     Route("/v1/mesh/friends/requests", friend_request, methods=["POST"]),

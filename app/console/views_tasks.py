@@ -6,7 +6,7 @@ from __future__ import annotations
 from starlette.responses import Response
 
 from app.console.owned import human, my_agents, search_across, task_of_mine, tasks_across
-from app.console.peer_fields import run_facts, run_totals
+from app.console.peer_fields import task_runs
 from app.console.web import ActionError, Ctx, action, back, page, validated
 from app.domain.task_states import STATES
 from app.errors import Problem
@@ -81,10 +81,10 @@ async def task_page(ctx: Ctx, *, error: ActionError | None = None, status: int =
     # Read only after task_of_mine found the task ours: the history is never a way round the scope.
     history = await tasks_store.state_history(ctx.state.pool, detail.task_id)
     # A peer's runtime wrote these: only plausible figures are shown or summed.
-    runs = [run_facts(m.metadata) for m in detail.messages]
+    runs, cost = task_runs([(m.sender, m.metadata) for m in detail.messages])
     return ctx.render("task.html", status=status, error=error, nav="tasks", task=detail,
                       history=history,
-                      viewer=viewer.agent_id, runs=runs, cost=run_totals(runs), context=context,
+                      viewer=viewer.agent_id, runs=runs, cost=cost, context=context,
                       as_human=me.agent_id in (detail.initiator, detail.serving_agent),
                       serving_human=me.agent_id == detail.serving_agent,
                       terminal=detail.state in ("completed", "failed", "canceled", "rejected"))

@@ -26,3 +26,7 @@ async def go_online(pool: asyncpg.Pool, me: Agent) -> Presence:
 
 async def go_draining(pool: asyncpg.Pool, me: Agent) -> Presence:
     return _shape(await agents_store.set_draining(pool, me.agent_id), me.agent_id)
+
+
+async def go_inactive(pool: asyncpg.Pool, me: Agent) -> Presence:
+    return _shape(await agents_store.set_inactive(pool, me.agent_id), me.agent_id)

@@ -85,6 +85,13 @@ async def set_draining(conn: Conn, agent_id: str) -> asyncpg.Record | None:
         "RETURNING status, last_heartbeat_at", agent_id)
 
 
+async def set_inactive(conn: Conn, agent_id: str) -> asyncpg.Record | None:
+    """A clean stop after draining: the agent is gone (offline) until it comes back."""
+    return await conn.fetchrow(
+        "UPDATE agents SET status = 'inactive' WHERE agent_id = $1 "
+        "RETURNING status, last_heartbeat_at", agent_id)
+
+
 async def set_active(conn: Conn, agent_id: str) -> asyncpg.Record | None:
     return await conn.fetchrow(
         "UPDATE agents SET status = 'active', last_heartbeat_at = now() WHERE agent_id = $1 "

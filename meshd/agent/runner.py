@@ -39,6 +39,7 @@ from claude_agent_sdk import (
 from claude_agent_sdk import __version__ as sdk_version
 from claude_agent_sdk.types import HookEvent
 
+from meshd.agent import model_api
 from meshd.agent.permissions import path_guard
 from meshd.agent.policies import actions, notes, sandbox
 from meshd.agent.policies.chitchat import is_chit_chat
@@ -47,7 +48,7 @@ from meshd.agent.policies.sandbox import Sandbox
 from meshd.agent.prompt import Teammates, system_prompt, wake_prompt
 from meshd.agent.sessions import RunLog, RunRecord, SessionStore, conversation_key, peer_of
 from meshd.agent.settings import RISKY_TOOLS, AgentSettings, Policy, RunSettings, default_policy
-from meshd.agent.tools import RunContext, mesh_server, note_part
+from meshd.agent.tools import NEEDS_WORKING, RunContext, mesh_server, note_part
 from meshd.config import config_path, state_root
 from meshd.errors import ConflictError, MeshError, NotFoundError
 from meshd.handlers import HandlerContext, HandlerError, Reply
@@ -65,6 +66,9 @@ LIMITS = {
 # Events that change who the agent may talk to: the teammates summary is rebuilt.
 TEAM_EVENTS = frozenset({"friend.accepted", "friend.request", "group.notice"})
 RUNTIME = f"claude-agent-sdk/{sdk_version}"
+# The CLI retries a model API it cannot connect to for about three minutes: a run
+# gives up after this many failed connections (a few seconds), naming the URL.
+UNREACHABLE_RETRIES = 3
 HookSource = Callable[[RunContext], dict[HookEvent, list[HookMatcher]]]
 
 
@@ -179,6 +183,7 @@ class AgentRunner:
         auto = False
         if outcome.kind == "ok":
             auto = await self._auto_reply(event, task, run, outcome)
+            await self._close(event, task, run, outcome, auto, plan)
             if plan.handshake and task is not None:
                 await actions.await_confirmation(run, task)
             self.policies.finished(key, ok=True)
@@ -278,6 +283,8 @@ class AgentRunner:
                         async for msg in stream:
                             if isinstance(msg, SystemMessage) and msg.subtype == "init":
                                 session_id = msg.data.get("session_id") or session_id
+                            elif isinstance(msg, SystemMessage) and msg.subtype == "api_retry":
+                                _give_up_on_model(msg.data)
                             elif isinstance(msg, AssistantMessage) and msg.parent_tool_use_id is None:
                                 run.turns += 1
                                 texts = [b.text for b in msg.content if isinstance(b, TextBlock) and b.text]
@@ -301,8 +308,9 @@ class AgentRunner:
                 kind = result.subtype
             elif result.is_error:
                 detail = "; ".join(result.errors or []) or result.result or result.subtype
-                status = f" (model API status {result.api_error_status})" if result.api_error_status else ""
-                raise HandlerError(f"the agent run failed{status}: {detail}")
+                status = f" status {result.api_error_status}" if result.api_error_status else ""
+                raise HandlerError(f"the agent run failed (model API at {model_api.base_url()}{status}): "
+                                   f"{detail}")
         elif result is None and kind == "ok":
             raise HandlerError("the agent run ended without a result")
         total = result.total_cost_usd if result and result.total_cost_usd is not None else None
@@ -324,7 +332,9 @@ class AgentRunner:
         return {
             "mesh_run": {
                 "runtime": RUNTIME,
+                "run_id": run.run_id,
                 "event_id": event.event_id,
+                "final": True,
                 "outcome": outcome.kind,
                 "cost_usd": round(outcome.cost_usd, 6),
                 "turns": outcome.turns,
@@ -362,6 +372,46 @@ class AgentRunner:
             return False
         return True
 
+    async def _close(self, event: InboxEvent, task: Task | None, run: RunContext, outcome: Outcome,
+                     auto: bool, plan: Plan) -> None:  # fmt: skip
+        """After a run that ended normally: apply the state changes the model asked for and,
+        on the task it serves and answered without setting a state, complete it. Each change
+        carries the run's final figures, which mid-run messages could not know (ADR 037)."""
+        figures = self._final_metadata(event, outcome, run)
+        for task_id, (state, note) in run.held.items():
+            await self._apply(run, task_id, state, note, figures)
+        if task is None or task.serving_agent != self.me or task.task_id in run.held:
+            return
+        if event.type not in ("task.created", "task.message"):
+            return
+        answered = auto or task.task_id in run.posted_on
+        if run.waiting:
+            # It asked others and waits for their answers: not done, but being worked on.
+            await self._apply(run, task.task_id, "working", None, figures, only_from="submitted")
+        elif answered and self.settings.auto_complete and not plan.handshake:
+            await self._apply(run, task.task_id, "completed", None, figures)
+
+    async def _apply(self, run: RunContext, task_id: str, state: str, note: str | None,
+                     figures: dict[str, Any], only_from: str | None = None) -> None:  # fmt: skip
+        client = run.client
+        meta = figures
+        if note is None:
+            # The runtime's own words, not the model's: marked so a reader can tell.
+            meta = {**figures, "mesh_run": {**figures["mesh_run"], "closing": True}}
+        fig = figures["mesh_run"]
+        text = note or f"Run finished: {fig['turns']} turns, ${fig['cost_usd']:.4f}."
+        try:
+            now = await client.get_task(task_id)
+            if now.terminal or (only_from is not None and now.state != only_from):
+                return
+            if state in NEEDS_WORKING and now.state in ("submitted", "input-required"):
+                await client.set_status(task_id, "working")
+            await client.set_status(task_id, state, text, metadata=meta,
+                                    message_id=run.message_id(f"{run.event.event_id}/close/{task_id}"))
+            log.info("task %s set to %s after the run", task_id, state)
+        except MeshError as e:
+            log.warning("could not set task %s to %s after the run: %s", task_id, state, e)
+
     async def _limit_note(
         self, event: InboxEvent, rs: RunSettings, run: RunContext, outcome: Outcome
     ) -> None:
@@ -384,17 +434,18 @@ class AgentRunner:
         if not event.task_id:
             return
         client = run.client
-        parts = [note_part(note, self._final_metadata(event, outcome, run, limit=limit))]
+        meta = self._final_metadata(event, outcome, run, limit=limit)
+        parts = [note_part(note, meta)]
         mid = run.message_id(f"{event.event_id}/limit")
         try:
             task = await client.get_task(event.task_id)
             if task.terminal:
                 return
             if task.serving_agent == self.me:
-                await set_failed(client, task, parts=parts, message_id=mid)
+                await set_failed(client, task, parts=parts, message_id=mid, metadata=meta)
                 log.info("task %s set to failed (%s)", task.task_id, limit)
             else:
-                await client.reply(task.task_id, parts=parts, message_id=mid)
+                await client.reply(task.task_id, parts=parts, message_id=mid, metadata=meta)
         except MeshError as e:
             log.warning("could not report the %s on task %s: %s", limit, event.task_id, e)
 
@@ -415,3 +466,14 @@ class AgentRunner:
             event.seq, outcome.kind, outcome.turns, outcome.cost_usd, outcome.duration_ms,
             rec.posted, auto, totals.get("runs", 0), totals.get("cost_usd", 0.0),
         )  # fmt: skip
+
+
+def _give_up_on_model(retry: dict[str, Any]) -> None:
+    """Stop a run whose model API cannot be reached or refuses the key, instead of
+    letting the CLI retry for minutes: the error names the URL."""
+    status, attempt = retry.get("error_status"), int(retry.get("attempt") or 0)
+    url = model_api.base_url()
+    if status in (401, 403):
+        raise HandlerError(f"the model API at {url} refused the credentials (HTTP {status})")
+    if status is None and attempt >= UNREACHABLE_RETRIES:
+        raise HandlerError(f"the model API at {url} is unreachable ({attempt} connection attempts failed)")

@@ -54,6 +54,8 @@ class AgentSettings:
     run: RunSettings = field(default_factory=RunSettings)
     run_on: frozenset[str] = frozenset(DEFAULT_RUN_ON)
     auto_reply: bool = True
+    # A served task the run answered and left open is completed when the run ends.
+    auto_complete: bool = True
     tools: tuple[str, ...] = DEFAULT_TOOLS
     # Paths outside the workspace the file tools may still touch (--add-dir).
     extra_dirs: tuple[Path, ...] = ()

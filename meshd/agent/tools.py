@@ -27,7 +27,7 @@ from meshd.ids import derived_message_id, derived_task_id
 from meshd.mcp_server import explain, task_brief
 from meshd.mcp_teams import timeline_brief
 from meshd.models import InboxEvent, Part, text_part
-from meshd.task_states import TRANSITIONS
+from meshd.task_states import STATES, TRANSITIONS, transitions_text
 
 SERVER = "mesh"
 # Moves the serving agent makes from `working` but not straight from `submitted`.
@@ -58,6 +58,16 @@ class RunContext:
     extra: dict[str, Any] = field(default_factory=dict)
     # Labels a reply before it is posted: (text with its label line, metadata) (policies/labels.py).
     finish_reply: Callable[[str], Awaitable[tuple[str, dict[str, Any]]]] | None = None
+    # State changes the model asked for, other than `working`, held to the run's end:
+    # task id → (state, note). The change then carries the run's final figures (ADR 037).
+    held: dict[str, tuple[str, str | None]] = field(default_factory=dict)
+    # The run asked others (mesh_send_message, mesh_broadcast): their answers come later.
+    waiting: bool = False
+
+    @property
+    def run_id(self) -> str:
+        """The same for every try of one event's run: the console pairs messages with figures by it."""
+        return derived_message_id(self.me, f"{self.event.event_id}/run")
 
     def key(self, tool_name: str) -> str:
         self.calls[tool_name] += 1
@@ -71,7 +81,9 @@ class RunContext:
         return {
             "mesh_run": {
                 "runtime": "claude-agent-sdk",
+                "run_id": self.run_id,
                 "event_id": self.event.event_id,
+                "final": False,
                 "turns_so_far": self.turns,
                 "elapsed_ms": int((time.monotonic() - self.started) * 1000),
             },
@@ -169,6 +181,7 @@ def build_tools(run: RunContext) -> list[SdkMcpTool[Any]]:
                 metadata={**run.metadata(), **send_metadata(args)},
             )
             run.posted += 1
+            run.waiting = True
             run.opened.append(task.task_id)
             return {"task_id": task.task_id, "context_id": task.context_id, "state": task.state,
                     "serving_agent": task.serving_agent}  # fmt: skip
@@ -213,33 +226,45 @@ def build_tools(run: RunContext) -> list[SdkMcpTool[Any]]:
         "mesh_set_task_status",
         "Move a task to another state. As its serving agent: working, then completed when answered, "
         "failed (with the reason in message) or input-required (with your question). Either side may "
-        "cancel.",
+        "cancel. A move other than working takes effect when this run ends.",
         _schema("mesh_set_task_status"),
     )
     async def set_status(args: dict[str, Any]) -> dict[str, Any]:
         key = run.key("mesh_set_task_status")
         task_id = str(args.get("task_id", ""))
         state = str(args.get("state", ""))
-        note = args.get("message")
-        parts = [note_part(str(note), run.metadata())] if note else None
+        note = str(args["message"]) if args.get("message") else None
 
         async def run_() -> Any:
-            try:
-                out = await c.set_status(task_id, state, parts=parts, message_id=run.message_id(key))
-            except ConflictError:
-                # The serving agent goes through `working` (also back from input-required, e.g. after
-                # a handshake); spare the model a round trip.
-                task = await c.get_task(task_id)
-                if state not in NEEDS_WORKING or task.state not in ("submitted", "input-required"):
-                    raise
-                await c.set_status(task_id, "working")
-                out = await c.set_status(task_id, state, parts=parts, message_id=run.message_id(key))
+            if state != "working":
+                return await hold(task_id, state, note)
+            parts = [note_part(note, run.metadata())] if note else None
+            out = await c.set_status(task_id, state, parts=parts, message_id=run.message_id(key),
+                                     metadata=run.metadata() if note else None)
             if note:
                 run.posted += 1
                 run.posted_on.add(task_id)
             return {"task_id": task_id, "state": out.get("state", state)}
 
         return await guarded("mesh_set_task_status", run_())
+
+    async def hold(task_id: str, state: str, note: str | None) -> dict[str, Any]:
+        # Checked now, so the model hears of an illegal move while it can still act on it.
+        if state not in STATES:
+            raise ValueError(f"unknown state '{state}'; one of {', '.join(STATES)}")
+        task = await c.get_task(task_id)
+        if state != "canceled" and task.serving_agent != run.me:
+            raise ValueError(f"only the serving agent may set '{state}'; you may only cancel")
+        via_working = state in NEEDS_WORKING and task.state in ("submitted", "input-required")
+        if state not in TRANSITIONS.get(task.state, frozenset()) and not via_working:
+            raise ValueError(f"cannot move task from '{task.state}' to '{state}' "
+                             f"(moves: {transitions_text()})")
+        run.held.pop(task_id, None)
+        run.held[task_id] = (state, note)
+        run.posted_on.add(task_id)
+        if note:
+            run.posted += 1
+        return {"task_id": task_id, "state": state, "applied": "when this run ends"}
 
     # Teams. A group post and a broadcast carry no id the gateway could
     # recognise a repeat by, so a run repeated after a crash may post them twice.
@@ -268,6 +293,7 @@ def build_tools(run: RunContext) -> list[SdkMcpTool[Any]]:
                 group_id=args.get("group_id") or None, policy=str(args.get("policy") or "all"),
                 n=args.get("n"), timeout_seconds=int(args.get("timeout_seconds") or 300))
             run.posted += 1
+            run.waiting = True
             return {k: out[k] for k in ("broadcast_id", "context_id", "task_ids", "status", "n")}
 
         return await guarded("mesh_broadcast", run_())

@@ -128,8 +128,12 @@ def _agent(p: argparse.ArgumentParser) -> None:
                    help=f"event types that start a run (default {','.join(DEFAULT_RUN_ON)})")  # fmt: skip
     g.add_argument("--no-auto-reply", action="store_true",
                    help="do not post a run's final text when it posted nothing")  # fmt: skip
+    g.add_argument("--no-auto-complete", action="store_true",
+                   help="leave a served task open when a run answered it and set no state")  # fmt: skip
     g.add_argument("--history", type=_positive(int), default=a.history, help="earlier task messages shown")
     g.add_argument("--cli-path", help="a Claude Code CLI to use instead of the bundled one")
+    g.add_argument("--skip-model-check", action="store_true",
+                   help="start without checking the model API's URL and credentials")  # fmt: skip
     _policies(p.add_argument_group('collaboration policies (docs/meshd.md, "Policies")'))
     _delivery(
         p.add_argument_group("delivery (as for `mesh daemon`)"),

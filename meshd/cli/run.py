@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 
 from meshd.cli.common import EXIT_OK, cli_config, make_client
 from meshd.errors import ConfigError
@@ -79,6 +80,7 @@ async def cmd_agent(args: argparse.Namespace) -> int:
         ),
         run_on=frozenset(args.run_on),
         auto_reply=not args.no_auto_reply,
+        auto_complete=not args.no_auto_complete,
         tools=tuple(dict.fromkeys([*args.tools, *args.allow_tool])),
         extra_dirs=tuple(args.add_dir),
         history=args.history,
@@ -103,5 +105,9 @@ async def cmd_agent(args: argparse.Namespace) -> int:
     # The runner posts its own replies (with the run's figures in their metadata).
     opts = daemon_options(args, reply=False)
     runner = AgentRunner(settings)  # refuses --check without a sandbox before connecting
+    if not args.skip_model_check:
+        from meshd.agent import model_api
+
+        logging.getLogger("meshd.agent").info("%s", await model_api.check(args.model))
     async with make_client(args, max_attempts=5) as client:
         return await Daemon(client, runner, opts).run()

@@ -65,11 +65,17 @@ async def task_of(who: OwnerHandle | AgentHandle, task_id: str) -> dict[str, Any
     return resp.json()  # type: ignore[no-any-return]
 
 
+def closing(message: dict[str, Any]) -> bool:
+    """The runtime's own closing note (a state change carrying the run's figures)."""
+    return bool(((message.get("metadata") or {}).get("mesh_run") or {}).get("closing"))
+
+
 def texts_by(task: dict[str, Any], sender: str) -> list[str]:
+    """What ``sender`` said on the task (the runtime's closing notes left out)."""
     return [
         "".join(p.get("text", "") for p in m["parts"] if p.get("kind") == "text")
         for m in task["messages"]
-        if m.get("sender") == sender
+        if m.get("sender") == sender and not closing(m)
     ]
 
 
@@ -126,3 +132,18 @@ async def await_message(person: OwnerHandle | AgentHandle, task_id: str, sender:
                 if e["type"] == "task.message" and e["task_id"] == task_id and e["from_agent_id"] == sender:
                     return e  # type: ignore[no-any-return]
             after = page["next_after"]
+
+
+async def console_get(owner: OwnerHandle, path: str) -> str:
+    """``path`` of the owner console, as ``owner`` signed in through the sign-in form."""
+    import httpx
+
+    # Its own cookie jar: the shared client stays a bearer-token client.
+    async with httpx.AsyncClient(base_url=owner.http.base_url) as http:
+        pre = (await http.get("/console/signin")).cookies["mesh_console_pre"]
+        resp = await http.post("/console/signin", data={"username": owner.username,
+                                                        "password": owner.password, "csrf": pre})
+        assert resp.status_code == 303, resp.text
+        page = await http.get(path)
+    assert page.status_code == 200, page.text
+    return page.text

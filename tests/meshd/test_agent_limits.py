@@ -132,7 +132,7 @@ async def test_kill_9_mid_run_reruns_the_event_and_the_reply_appears_once(world,
         return Reply(text="done")
 
     with ModelServer(script) as model:
-        proc = agent_proc(gateway, agent, tmp_path, "a", model)
+        proc = agent_proc(gateway, agent, tmp_path, "a", model, "--no-auto-complete")  # more follows
         try:
             await started(proc)
             task = await ask(world.alice, agent.agent_id, "Remember ORCA.")

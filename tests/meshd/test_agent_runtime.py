@@ -91,7 +91,7 @@ async def test_events_that_need_no_thought_start_no_run_and_friends_refresh_the_
     agent = await world.alice.agent(f"r{uniq}")
     other = await world.bob.agent(f"o{uniq}", description="knows geography")
     with ModelServer(lambda req: Reply(text="hello")) as model:
-        proc = agent_proc(gateway, agent, tmp_path, "a", model)
+        proc = agent_proc(gateway, agent, tmp_path, "a", model, "--no-auto-complete")
         try:
             await started(proc)
             task = await ask(world.alice, agent.agent_id, "hi")
@@ -116,7 +116,7 @@ async def test_events_that_need_no_thought_start_no_run_and_friends_refresh_the_
 async def test_session_continues_per_context_and_across_restarts(world, uniq, gateway, tmp_path):
     agent = await world.alice.agent(f"r{uniq}")
     with ModelServer(lambda req: Reply(text=f"noted ({len(req.messages)} messages)")) as model:
-        proc = agent_proc(gateway, agent, tmp_path, "a", model)
+        proc = agent_proc(gateway, agent, tmp_path, "a", model, "--no-auto-complete")
         try:
             await started(proc)
             task = await ask(world.alice, agent.agent_id, "Remember the word PELICAN.")
@@ -135,7 +135,7 @@ async def test_session_continues_per_context_and_across_restarts(world, uniq, ga
 
             proc.signal(signal.SIGTERM)
             assert await proc.wait() == 0
-            proc = agent_proc(gateway, agent, tmp_path, "a", model)
+            proc = agent_proc(gateway, agent, tmp_path, "a", model, "--no-auto-complete")
             await started(proc)
             await say(world.alice, task["task_id"], "And after a restart?")
             await proc.wait_log(DONE)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.meshd.agent_support import DONE, agent_proc, ask, say, started, task_in_prompt, task_of
+from tests.meshd.agent_support import DONE, agent_proc, ask, closing, say, started, task_in_prompt, task_of
 from tests.meshd.support import mesh_env, run_mesh
 from tests.support.model_server import ApiError, ModelServer, Reply, Request, ToolCall, use_tool
 
@@ -118,7 +118,7 @@ async def test_a_makefile_written_by_the_model_cannot_leave_the_checks_sandbox(
         assert secret not in all_text_under(workspace), (secret, report)
     assert list(outside.iterdir()) == []
     messages = (await task_of(world.alice, task["task_id"]))["messages"]
-    reply = [m for m in messages if m["sender"] == agent.agent_id][-1]
+    reply = [m for m in messages if m["sender"] == agent.agent_id and not closing(m)][-1]
     assert reply["metadata"]["mesh_verification"] == {
         "label": "independently verified",
         "checks": [{"command": "make test", "exit_code": 0, "by": "runtime"}],
@@ -161,7 +161,7 @@ async def test_a_peer_naming_another_peers_context_gets_neither_its_session_nor_
 
     with ModelServer(script) as model:
         proc = agent_proc(gateway, me, tmp_path, "m", model, "--failed-runs", "2", "--attempts", "2",
-                          "--handshake", "off")  # fmt: skip
+                          "--handshake", "off", "--no-auto-complete")  # fmt: skip  # A's task goes on
         try:
             await started(proc)
             first = await ask(peer_a, me.agent_id, f"Keep this between us: {secret}. Summarise the plan.")

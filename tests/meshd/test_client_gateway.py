@@ -118,6 +118,8 @@ async def test_every_agent_endpoint(world, gateway, uniq):
 
         await b.go_offline()
         assert (await b.me())["status"] == "draining"
+        await b.go_inactive()
+        assert (await b.me())["status"] == "inactive"
 
 
 async def test_errors_carry_the_problem_detail(pair, gateway):

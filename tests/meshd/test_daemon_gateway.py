@@ -85,11 +85,11 @@ async def test_two_daemons_exchange_500_messages_in_order(pair, gateway, tmp_pat
     # A: every reply once, in the order B answered
     assert [t for *_, t in got_a] == [f"re: msg-{i}" for i in range(n)]
     assert len({e for _, e, _, _ in got_a}) == n
-    # both acked everything and went draining
+    # both acked everything and, stopped cleanly, are offline (not "finishing" forever)
     for h in (a_h, b_h):
         async with MeshClient(gateway, api_key=h.api_key) as c:
             me = await c.me()
-        assert me["acked_seq"] == me["inbox_seq"] and me["status"] == "draining"
+        assert me["acked_seq"] == me["inbox_seq"] and me["status"] == "inactive"
 
 
 async def test_kill_9_mid_handler_then_restart_runs_each_event_once(pair, gateway, tmp_path):
@@ -160,7 +160,7 @@ async def test_failing_handler_fails_the_task_and_the_inbox_moves_on(pair, gatew
     assert [t for *_, t in lines(out)] == ["after"]
 
 
-async def test_sigterm_finishes_the_handler_then_leaves_the_agent_draining(pair, gateway, tmp_path):
+async def test_sigterm_drains_while_the_handler_finishes_then_goes_inactive(pair, gateway, tmp_path):
     a_h, b_h = pair
     out = tmp_path / "b.out"
     async with Probe(tmp_path / "p.sock") as probe:
@@ -179,13 +179,16 @@ async def test_sigterm_finishes_the_handler_then_leaves_the_agent_draining(pair,
                 await b.wait_log("stop requested")
                 await sender.send(b_h.agent_id, "too late")
                 assert await b.wait(timeout=20) == 0
+            log = b.log()
+            # draining while the handler finished, then offline
+            assert log.index("is now draining") < log.index("is now inactive")
         finally:
             print(b.log())
             await b.stop()
     assert [t for *_, t in lines(out)] == ["slow"]  # finished; nothing new was started
     async with MeshClient(gateway, api_key=b_h.api_key) as c:
         me = await c.me()
-    assert me["status"] == "draining"
+    assert me["status"] == "inactive"
     assert me["acked_seq"] == slow_seq and me["inbox_seq"] == slow_seq + 1
 
 

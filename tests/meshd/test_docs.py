@@ -65,7 +65,7 @@ async def test_walkthrough_runs_verbatim(gateway, uniq, tmp_path):
     assert re.search(rf"task\.message  from {re.escape(helper)} .*Paris is the capital", out)
     assert f"{asker}: What is the capital of France?" in out
     assert f"{helper}: Paris is the capital of France." in out
-    assert "is now draining" in err  # the daemon stopped cleanly on SIGTERM
+    assert "is now inactive" in err  # the daemon stopped cleanly on SIGTERM
     config = tmp_path / "home" / ".config" / "mesh" / "config.json"
     assert json.loads(config.read_text())["url"] == gateway
     assert (config.stat().st_mode & 0o777) == 0o600

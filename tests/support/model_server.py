@@ -228,8 +228,12 @@ def side_call_reply(req: Request) -> Reply:
 class ModelServer:
     """The stand-in, on 127.0.0.1 in a thread (the CLI calls it from other processes)."""
 
-    def __init__(self, script: Script | None = None) -> None:
+    def __init__(self, script: Script | None = None, *, accept_key: str | None = None) -> None:
         self.script: Script = script or (lambda req: Reply(text="done"))
+        # When set, a request whose x-api-key differs gets the API's 401.
+        self.accept_key = accept_key
+        self.dead = False
+        self._closed = False
         self.requests: list[Request] = []
         self.errors: list[str] = []
         self._lock = threading.Lock()
@@ -274,8 +278,15 @@ class ModelServer:
                     pass  # the CLI was killed (timeout, kill -9) while waiting for us
 
             def _post(self) -> None:
+                if server.dead:  # a kept-alive connection of a killed server: dropped unanswered
+                    self.close_connection = True
+                    return
                 length = int(self.headers.get("Content-Length") or 0)
                 raw = self.rfile.read(length) if length else b""
+                if server.accept_key is not None and self.headers.get("x-api-key") != server.accept_key:
+                    self._json({"type": "error", "error": {"type": "authentication_error",
+                                                           "message": "invalid x-api-key"}}, 401)
+                    return
                 try:
                     body = json.loads(raw or b"{}")
                 except json.JSONDecodeError:
@@ -330,8 +341,14 @@ class ModelServer:
         self._thread.start()
         return self
 
+    def kill(self) -> None:
+        """The model API goes away mid-session: the port is closed, open connections dropped."""
+        self.dead = True
+        self.__exit__()
+
     def __exit__(self, *exc: object) -> None:
-        if self._httpd is not None:
+        if self._httpd is not None and not self._closed:
+            self._closed = True
             self._httpd.shutdown()
             self._httpd.server_close()
 
