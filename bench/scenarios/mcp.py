@@ -8,6 +8,11 @@ in ``Mcp-Method`` / ``Mcp-Name``, stateless, JSON answers); over REST the same
 work as ``GET /v1/mesh/me`` / ``POST /v1/mesh/tasks``. One sitting: REST, MCP,
 REST again, so the difference of the two REST runs is the machine's drift.
 
+MCP runs twice, once per bearer: the agent's API key (what a remote client is
+configured with; each call looks the key up and marks it used — a committed
+UPDATE) and the agent's access token from ``/v1/auth/token`` (what the REST runs
+carry), so the key look-up's share of the difference is its own figure.
+
 Latency = answer read − request written, per call kind; a call counts only if it
 succeeded (REST: 200/201; MCP: HTTP 200 with a JSON-RPC ``result`` whose
 ``isError`` is not set). The CPU meter is the latency scenario's
@@ -36,10 +41,14 @@ META = {"io.modelcontextprotocol/protocolVersion": PROTOCOL,
 KINDS = ("read", "send")
 TOOLS = {"read": "mesh_whoami", "send": "mesh_send_message"}
 REST = {"read": "GET /v1/mesh/me", "send": "POST /v1/mesh/tasks"}
+# How a run calls: REST, MCP with the API key as bearer, MCP with the access token.
+OVER = ("rest", "mcp", "mcp-token")
 
 
-def mcp_headers(agent: Agent, tool: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {agent.api_key}", "MCP-Protocol-Version": PROTOCOL,
+def mcp_headers(agent: Agent, tool: str, *, api_key: bool = True) -> dict[str, str]:
+    """``api_key``: the API key as bearer; otherwise the agent's access token."""
+    auth = {"Authorization": f"Bearer {agent.api_key}"} if api_key else agent.headers
+    return {**auth, "MCP-Protocol-Version": PROTOCOL,
             "Mcp-Method": "tools/call", "Mcp-Name": tool,
             "Accept": "application/json, text/event-stream"}
 
@@ -66,7 +75,7 @@ def mcp_failure(resp: Response) -> str | None:
 
 @dataclass
 class CallRun:
-    over: str           # "mcp" or "rest"
+    over: str           # one of OVER
     rate: float
     seconds: float
     offered: int = 0
@@ -100,11 +109,16 @@ class _Calls:
         return next(self._kinds), sender, recipient, next(self._ids)
 
 
-async def _mcp(client: Client, kind: str, me: Agent, to: Agent, call_id: int) -> Response:
+async def _mcp(client: Client, kind: str, me: Agent, to: Agent, call_id: int, *,
+               api_key: bool = True) -> Response:
     tool = TOOLS[kind]
     args = {} if kind == "read" else {"to_agent_id": to.agent_id, "text": TEXT}
-    return await client.request("POST", "/mcp", mcp_headers(me, tool),
+    return await client.request("POST", "/mcp", mcp_headers(me, tool, api_key=api_key),
                                 tools_call(call_id, tool, args))
+
+
+async def _mcp_token(client: Client, kind: str, me: Agent, to: Agent, call_id: int) -> Response:
+    return await _mcp(client, kind, me, to, call_id, api_key=False)
 
 
 async def _rest(client: Client, kind: str, me: Agent, to: Agent, call_id: int) -> Response:
@@ -119,9 +133,9 @@ def _rest_failure(resp: Response) -> str | None:
 
 async def run(cast: Cast, client: Client, *, over: str, rate: float, seconds: float,
               meter: CpuMeter | None = None) -> CallRun:
-    """One open-loop run of ``rate`` calls/s for ``seconds`` over ``over`` ("mcp"/"rest")."""
-    call = _mcp if over == "mcp" else _rest
-    failure = mcp_failure if over == "mcp" else _rest_failure
+    """One open-loop run of ``rate`` calls/s for ``seconds`` over ``over`` (one of OVER)."""
+    call = {"rest": _rest, "mcp": _mcp, "mcp-token": _mcp_token}[over]
+    failure = _rest_failure if over == "rest" else mcp_failure
     result = CallRun(over, rate, seconds)
     calls = _Calls(cast)
 
