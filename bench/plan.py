@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 SCENARIOS = ("latency", "floor", "sends", "profile", "scaleout", "relay", "longpoll", "idle", "daemon",
-             "webhooks", "tracing")
+             "webhooks", "tracing", "mcp")
 
 
 @dataclass(frozen=True)
@@ -40,6 +40,9 @@ class Plan:
     # registered, then the open loop at ``rate`` for this long (webhook and SSE)
     webhook_fill: int = 400
     webhook_seconds: float = 15.0
+    # mcp: tool calls over /mcp vs the same REST calls, open loop at this rate (ADR 040)
+    mcp_rate: float = 100.0
+    mcp_seconds: float = 20.0
 
 
 FULL = Plan("full")
@@ -47,4 +50,4 @@ QUICK = Plan("quick", latency_seconds=5.0, low_seconds=3.0, sweep=(16,), sweep_s
              longpoll_tries=15, baseline_polls=10, idle_connections=2_000, idle_agents=20,
              idle_hold=5.0, daemon_idle=3.0, profile_seconds=4.0, scaleout_seconds=3.0,
              scaleout_latency_seconds=3.0, floor_seconds=2.0,
-             webhook_fill=100, webhook_seconds=5.0)
+             webhook_fill=100, webhook_seconds=5.0, mcp_seconds=5.0)
