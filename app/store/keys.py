@@ -29,15 +29,22 @@ async def revoke(conn: Conn, agent_id: str, key_id: str) -> bool:
 
 
 async def use(conn: Conn, key_id: str, key_hash: str) -> asyncpg.Record | None:
-    """The live key ``key_id`` with hash ``key_hash`` and its agent, marked used;
+    """The live key ``key_id`` with hash ``key_hash`` and its agent, marked used
+    (at most once a minute);
     None (and nothing marked) for a wrong secret. Comparing the hash in SQL leaks
     nothing worth having: it is the SHA-256 of what the caller sent, so its
     timing tells at most how much of a digest matched, never the secret."""
+    # The mark moves at most once a minute: a key used for every call (A2A's
+    # X-API-Key, /mcp) would otherwise commit a row update per call, and its
+    # concurrent calls would queue on that row's lock.
     return await conn.fetchrow(
-        "UPDATE api_keys k SET last_used_at = now() FROM agents a "
-        "WHERE k.key_id = $1 AND k.key_hash = $2 AND k.agent_id = a.agent_id "
-        "AND k.revoked_at IS NULL "
-        "RETURNING k.key_id, a.agent_id, a.owner_id, a.kind", key_id, key_hash)
+        "WITH k AS (SELECT k.key_id, k.last_used_at, a.agent_id, a.owner_id, a.kind "
+        "FROM api_keys k JOIN agents a ON a.agent_id = k.agent_id "
+        "WHERE k.key_id = $1 AND k.key_hash = $2 AND k.revoked_at IS NULL), "
+        "marked AS (UPDATE api_keys SET last_used_at = now() WHERE key_id = "
+        "(SELECT key_id FROM k WHERE last_used_at IS NULL "
+        "OR last_used_at < now() - interval '1 minute')) "
+        "SELECT key_id, agent_id, owner_id, kind FROM k", key_id, key_hash)
 
 
 async def live_agent(conn: Conn, key_id: str, agent_id: str) -> asyncpg.Record | None:
