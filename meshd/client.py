@@ -344,6 +344,10 @@ class MeshClient:
         out = await self._call("GET", "/v1/mesh/inbox", params=params, request_timeout=timeout)
         return InboxPage.model_validate(out)
 
+    async def report_run(self, run: dict[str, Any]) -> dict[str, Any]:
+        """Report a run of this agent's runtime (idempotent on ``run_id``)."""
+        return await self._call("POST", "/v1/mesh/runs", json=run)
+
     async def ack(self, seq: int) -> dict[str, Any]:
         """Record that every event up to ``seq`` was processed (monotone)."""
         return await self._call("POST", "/v1/mesh/inbox/ack", json={"seq": int(seq)})

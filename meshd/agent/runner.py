@@ -46,6 +46,7 @@ from meshd.agent.policies.chitchat import is_chit_chat
 from meshd.agent.policies.engine import Plan, Policies
 from meshd.agent.policies.sandbox import Sandbox
 from meshd.agent.prompt import Teammates, system_prompt, wake_prompt
+from meshd.agent.run_reports import RunReports, gateway_outcome
 from meshd.agent.sessions import RunLog, RunRecord, SessionStore, conversation_key, peer_of
 from meshd.agent.settings import RISKY_TOOLS, AgentSettings, Policy, RunSettings, default_policy
 from meshd.agent.tools import NEEDS_WORKING, RunContext, mesh_server, note_part
@@ -103,6 +104,7 @@ class AgentRunner:
         self.extra_dirs: list[Path] = []
         self.sessions: SessionStore | None = None
         self.runs: RunLog | None = None
+        self.reports: RunReports | None = None
         self.teammates: Teammates | None = None
         self.policies = Policies(settings.policies)
         # Refuses here, before the daemon connects, when checks would run unsandboxed.
@@ -120,6 +122,7 @@ class AgentRunner:
         self.extra_dirs = [Path(p).resolve() for p in self.settings.extra_dirs]
         self.sessions = SessionStore(folder)
         self.runs = RunLog(folder)
+        self.reports = RunReports(folder)
         self.teammates = Teammates(ctx.client, ttl=self.settings.teammates_ttl)
         self.policies = Policies(self.settings.policies, folder, self.workspace, self._sandbox(folder))
         self._ready = True
@@ -168,6 +171,7 @@ class AgentRunner:
                  ", handshake run" if plan.handshake else "")  # fmt: skip
         run = RunContext(client=client, me=self.me, event=event, extra=plan.metadata,
                          finish_reply=plan.verifier.finish if plan.verifier else None)  # fmt: skip
+        await self._report(run, rs, None)  # the gateway shows it as the current run
         try:
             outcome = await self._run(event, task, rs, run, plan)
         except HandlerError as e:
@@ -175,6 +179,7 @@ class AgentRunner:
             failed = Outcome("error", 0.0, run.turns, int((time.monotonic() - run.started) * 1000),
                              None, "", None)  # fmt: skip
             self._record(event, run, failed, False, detail=str(e))
+            await self._report(run, rs, failed, error=str(e))
             await actions.count_failure(self.policies, run, key, str(e))
             raise
         finally:
@@ -191,7 +196,23 @@ class AgentRunner:
             await self._limit_note(event, rs, run, outcome)
             await actions.count_failure(self.policies, run, key, outcome.detail or outcome.kind)
         self._record(event, run, outcome, auto, detail=outcome.detail)
+        await self._report(run, rs, outcome, error=outcome.detail or None)
         return None
+
+    async def _report(self, run: RunContext, rs: RunSettings, outcome: Outcome | None, *,
+                      error: str | None = None) -> None:
+        """The run's start (``outcome`` None) or end, to the gateway (ADR 046)."""
+        assert self.reports is not None
+        event = run.event
+        report: dict[str, Any] = {"run_id": run.run_id, "event_id": event.event_id,
+                                  "task_id": event.task_id, "context_id": event.context_id,
+                                  "model": rs.model, "outcome": "running"}
+        if outcome is not None:
+            kind, limit = gateway_outcome(outcome.kind)
+            report.update(outcome=kind, limit_hit=limit, turns=outcome.turns,
+                          cost_usd=round(outcome.cost_usd, 6), duration_ms=outcome.duration_ms,
+                          error=error if kind != "ok" else None)
+        await self.reports.send(run.client, {k: v for k, v in report.items() if v is not None})
 
     # -- the SDK run -------------------------------------------------------------
     def _context_key(self, event: InboxEvent) -> str:

@@ -6,6 +6,7 @@ the model is the scripted stand-in, whose usage figures are what the CLI prices.
 
 from __future__ import annotations
 
+import asyncio
 import re
 
 from tests.meshd.agent_support import (
@@ -28,6 +29,18 @@ def _closing_note(task: dict, sender: str) -> dict:  # type: ignore[type-arg]
     return note  # type: ignore[no-any-return]
 
 
+async def _reported_end(owner, agent_id: str) -> dict:  # type: ignore[no-untyped-def,type-arg]
+    """The agent's one run at the gateway once its end was reported (polled: the
+    report follows the run's log line)."""
+    async with asyncio.timeout(30):
+        while True:
+            runs_at_gateway = (await owner.get(f"/v1/agents/{agent_id}/runs")).json()["runs"]
+            if runs_at_gateway and runs_at_gateway[0]["outcome"] != "running":
+                [run] = runs_at_gateway
+                return run  # type: ignore[no-any-return]
+            await asyncio.sleep(0.05)
+
+
 async def test_an_auto_reply_completes_the_task(world, uniq, gateway, tmp_path):
     agent = await world.alice.agent(f"c{uniq}")
     with ModelServer(lambda req: Reply(text="It is 42.")) as model:
@@ -36,6 +49,7 @@ async def test_an_auto_reply_completes_the_task(world, uniq, gateway, tmp_path):
             await started(proc)
             task = await ask(world.alice, agent.agent_id, "6*7?")
             await proc.wait_log(DONE)
+            reported = await _reported_end(world.alice, agent.agent_id)
         finally:
             await proc.stop()
     got = await task_of(world.alice, task["task_id"])
@@ -45,6 +59,11 @@ async def test_an_auto_reply_completes_the_task(world, uniq, gateway, tmp_path):
     figures = _closing_note(got, agent.agent_id)["metadata"]["mesh_run"]
     assert figures["final"] is True and figures["turns"] == rec["turns"]
     assert figures["cost_usd"] == rec["cost_usd"] > 0
+    # The gateway has the run, reported at its start and end, with the same figures.
+    assert (reported["run_id"], reported["outcome"]) == (figures["run_id"], "ok")
+    assert (reported["turns"], reported["cost_usd"]) == (rec["turns"], rec["cost_usd"])
+    assert reported["task_id"] == task["task_id"] and reported["ended_at"] is not None
+    assert (await task_of(world.alice, task["task_id"]))["usage"]["cost_usd"] == rec["cost_usd"]
 
 
 async def test_a_mesh_reply_completes_the_task_and_the_console_shows_the_runs_cost(world, uniq, gateway,
