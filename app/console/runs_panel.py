@@ -52,3 +52,22 @@ async def runs_panel(pool: asyncpg.Pool, owner: Owner, agent_id: str,
     return RunsPanel(current=RunOut.of(current) if current else None,
                      last_error=RunOut.of(failed) if failed else None, page=page,
                      outcome=outcome, usage=usage, cost_chart=cost, runs_chart=count)
+
+
+@dataclass(frozen=True)
+class SpendPanel:
+    today: list[tuple[str, float]]  # (agent id, today's cost), every agent listed
+    total_today: float
+    chart: Markup
+
+
+async def spend_panel(pool: asyncpg.Pool, agent_ids: list[str]) -> SpendPanel:
+    """The dashboard's spend: today's per agent, and per day across them (30 days)."""
+    today = await runs_store.spend_today(pool, agent_ids)
+    per_agent = sorted(((a, today.get(a, 0.0)) for a in agent_ids), key=lambda x: -x[1])
+    days = await runs_store.spend_by_day(pool, agent_ids, CHART_DAYS)
+    chart = bars([Bar(d["day"].strftime("%b %d"), d["cost_usd"],
+                      f"{d['day'].isoformat()}: ${d['cost_usd']:.4f} in {d['runs']} runs")
+                  for d in days], caption=f"Spend across your agents, last {CHART_DAYS} days",
+                 unit="usd")
+    return SpendPanel(today=per_agent, total_today=round(sum(today.values()), 6), chart=chart)

@@ -7,6 +7,7 @@ from typing import Any
 from starlette.responses import Response
 
 from app.console.owned import as_actor, human, my_agents, tasks_across
+from app.console.runs_panel import spend_panel
 from app.console.web import Ctx, page
 from app.responses import TaskOut
 from app.services import admin as admin_service
@@ -60,7 +61,9 @@ async def waiting_for(ctx: Ctx, me: Agent) -> list[TaskOut]:
 async def dashboard(ctx: Ctx) -> Response:
     items = await action_items(ctx)
     recent = (await tasks_across(ctx, items["agents"], limit=10)).tasks
-    return ctx.render("dashboard.html", nav="dashboard", recent=recent, **items)
+    spend = await spend_panel(ctx.state.pool, [a.agent_id for a in items["agents"]
+                                               if a.kind != "virtual-user"])
+    return ctx.render("dashboard.html", nav="dashboard", recent=recent, spend=spend, **items)
 
 
 @page

@@ -83,6 +83,20 @@ async def usage_by_day(conn: Conn, agent_id: str, days: int) -> list[asyncpg.Rec
         """, agent_id, days)
 
 
+async def spend_by_day(conn: Conn, agent_ids: Sequence[str], days: int) -> list[asyncpg.Record]:
+    """Cost per UTC day across ``agent_ids`` for the last ``days`` (today included)."""
+    return await conn.fetch(
+        """
+        SELECT d.day::date AS day, COALESCE(sum(r.cost_usd), 0)::float8 AS cost_usd,
+               count(r.run_id) AS runs
+        FROM generate_series((now() AT TIME ZONE 'UTC')::date - ($2::int - 1),
+                             (now() AT TIME ZONE 'UTC')::date, interval '1 day') AS d(day)
+        LEFT JOIN agent_runs r ON r.agent_id = ANY($1::text[])
+             AND (r.started_at AT TIME ZONE 'UTC')::date = d.day::date
+        GROUP BY d.day ORDER BY d.day
+        """, list(agent_ids), days)
+
+
 async def spend_today(conn: Conn, agent_ids: Sequence[str]) -> dict[str, float]:
     rows = await conn.fetch(
         "SELECT agent_id, sum(cost_usd)::float8 AS cost_usd FROM agent_runs "

@@ -46,6 +46,14 @@ async def test_the_agent_page_shows_runs_charts_and_the_last_failure(open_page, 
     await expect(section.locator("table.runs tbody tr")).to_have_count(1)
     await expect(section.locator("table.runs tbody tr")).to_contain_text("model API unreachable")
 
+    # The dashboard: today's spend per agent and across them, with a chart.
+    await w.page.goto(f"{gateway}/console")
+    spend = w.page.locator("section", has=w.page.locator("#spend-h"))
+    await expect(spend.locator("[data-spend-today]")).to_have_text("$0.7500")
+    await expect(spend.locator(f'[data-spend-agent="{coder.agent_id}"]')).to_have_text("$0.7500")
+    await expect(spend.get_by_role("img")).to_have_attribute(
+        "aria-label", "Spend across your agents, last 30 days")
+
     # Another owner, signed in: the agent page is a 404, the figures nowhere.
     other = await mesh.owner()
     w2 = await open_page()
@@ -53,3 +61,5 @@ async def test_the_agent_page_shows_runs_charts_and_the_last_failure(open_page, 
     resp = await w2.page.goto(f"{gateway}/console/agents/{coder.agent_id}")
     assert resp is not None and resp.status == 404
     assert "0.7500" not in await w2.page.content()
+    await w2.page.goto(f"{gateway}/console")
+    await expect(w2.page.locator("[data-spend-today]")).to_have_text("$0.0000")
