@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 SCENARIOS = ("latency", "floor", "sends", "profile", "scaleout", "relay", "longpoll", "idle", "daemon",
-             "webhooks", "tracing")
+             "webhooks", "tracing", "a2a_blocking")
 
 
 @dataclass(frozen=True)
@@ -40,6 +40,11 @@ class Plan:
     # registered, then the open loop at ``rate`` for this long (webhook and SSE)
     webhook_fill: int = 400
     webhook_seconds: float = 15.0
+    # a2a_blocking: the open loop at ``rate`` (``latency_seconds``) while this many agents
+    # × this many blocking SendMessage calls each wait out a window this long (ADR 036)
+    a2a_callers: int = 50
+    a2a_per_caller: int = 4
+    a2a_window_seconds: float = 60.0
 
 
 FULL = Plan("full")
