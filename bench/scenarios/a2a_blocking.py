@@ -1,12 +1,13 @@
 """Scenario 9: do parked blocking A2A SendMessage calls starve other requests? (ADR 036)
 
 The latency scenario's open loop (``bench.scenarios.latency.run``, its stats
-and CPU meter) twice in one sitting on a web process whose blocking window
-(``a2a_blocking_seconds``) outlasts the scenario: first alone (the baseline),
-then while ``callers × per_caller`` blocking ``SendMessage`` calls are parked —
-raw JSON-RPC on their own connections, each caller to agents that have no
-reader, so nothing ever settles the task and every call that got a slot waits
-out the whole window. A call refused a slot answers at once, so "parked" is
+and CPU meter) three times in one sitting on a web process whose blocking
+window (``a2a_blocking_seconds``) outlasts the loaded run: alone (the
+baseline), while ``callers × per_caller`` blocking ``SendMessage`` calls are
+parked — raw JSON-RPC on their own connections, each caller to agents that
+have no reader, so nothing ever settles the task and every call that got a
+slot waits out the whole window — and alone again on a fresh web process (the
+machine's drift). A call refused a slot answers at once, so "parked" is
 counted from the client side: calls still without an answer when the loaded
 run starts and when it ends.
 """
@@ -90,6 +91,7 @@ async def written(database_url: str, recipients: list[Agent], before: dict[str, 
 class BlockingRuns:
     baseline: latency.LatencyRun
     loaded: latency.LatencyRun
+    again: latency.LatencyRun   # none parked again: the machine's drift meanwhile
     calls: int
     written: int            # messages the calls wrote before the loaded run
     open_at_start: int      # calls without an answer when the loaded run began
@@ -98,41 +100,65 @@ class BlockingRuns:
     window: float
 
 
+async def _measured(env: Env, topo: Topology, cast: Cast, client: Client, *, rate: float,
+                    seconds: float) -> latency.LatencyRun:
+    return await latency.run(topo.urls, env.settings.database_url, cast, client, rate=rate,
+                             seconds=seconds, settle=15.0, meter=env.meter(topo.named()))
+
+
+async def _warm(env: Env, topo: Topology, cast: Cast, rate: float) -> Client:
+    """A client with open connections after a 2 s unmeasured run (connections,
+    prepared statements)."""
+    client = Client(topo.urls)
+    await client.prewarm(16)
+    await latency.run(topo.urls, env.settings.database_url, cast, client, rate=rate,
+                      seconds=2.0, settle=5.0)
+    return client
+
+
 async def run(env: Env, topo: Topology, cast: Cast, *, rate: float, seconds: float,
               callers: int, per_caller: int, window: float) -> BlockingRuns:
+    """None parked, parked, then none parked again on a fresh web process (a closed
+    connection does not end a server-side wait; a restart does)."""
     db = env.settings.database_url
-    await topo.restart(env, "web", env.variant(a2a_blocking_seconds=window))
-    parked_client: Client | None = None
+    patient = env.variant(a2a_blocking_seconds=window)
+    await topo.restart(env, "web", patient)
+    parked_client = Client(topo.urls)
     parked: Parked | None = None
     try:
         # Callers and 4 recipients nobody reads: no task they are sent ever settles.
         waiters = await make_cast(topo.urls[0], callers, 4)
-        client = Client(topo.urls)
+        client = await _warm(env, topo, cast, rate)
         try:
-            await client.prewarm(16)
-            # Warm-up (connections, prepared statements): not measured.
-            await latency.run(topo.urls, db, cast, client, rate=rate, seconds=2.0, settle=5.0)
-            base = await latency.run(topo.urls, db, cast, client, rate=rate, seconds=seconds,
-                                     settle=15.0, meter=env.meter(topo.named()))
+            base = await _measured(env, topo, cast, client, rate=rate, seconds=seconds)
             before = await inbox_seqs(db, [r.agent_id for r in waiters.recipients])
-            parked_client = Client(topo.urls)
             parked = await park(parked_client, waiters.senders, waiters.recipients, per_caller)
             calls = len(parked.tasks)
             got = await written(db, waiters.recipients, before, calls)
             await asyncio.sleep(0.5)   # let an answer to the last written calls arrive
             open_at_start = parked.open
-            loaded = await latency.run(topo.urls, db, cast, client, rate=rate, seconds=seconds,
-                                       settle=15.0, meter=env.meter(topo.named()))
+            loaded = await _measured(env, topo, cast, client, rate=rate, seconds=seconds)
             open_at_end = parked.open
         finally:
             client.close()
-        return BlockingRuns(base, loaded, calls, got, open_at_start, open_at_end, parked, window)
+        await _unpark(parked, parked_client)
+        await topo.restart(env, "web", patient)
+        client = await _warm(env, topo, cast, rate)
+        try:
+            again = await _measured(env, topo, cast, client, rate=rate, seconds=seconds)
+        finally:
+            client.close()
+        return BlockingRuns(base, loaded, again, calls, got, open_at_start, open_at_end,
+                            parked, window)
     finally:
-        if parked is not None:
-            for t in parked.tasks:
-                t.cancel()
-            await asyncio.gather(*parked.tasks, return_exceptions=True)
-        if parked_client is not None:
-            parked_client.close()
-        # The parked waits end with the process; the next scenario gets the bench's web.
+        await _unpark(parked, parked_client)
+        # The next scenario gets the bench's web process.
         await topo.restart(env, "web", None)
+
+
+async def _unpark(parked: Parked | None, client: Client) -> None:
+    if parked is not None:
+        for t in parked.tasks:
+            t.cancel()
+        await asyncio.gather(*parked.tasks, return_exceptions=True)
+    client.close()
