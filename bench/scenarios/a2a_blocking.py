@@ -6,10 +6,11 @@ window (``a2a_blocking_seconds``) outlasts the loaded run: alone (the
 baseline), while ``callers × per_caller`` blocking ``SendMessage`` calls are
 parked — raw JSON-RPC on their own connections, each caller to agents that
 have no reader, so nothing ever settles the task and every call that got a
-slot waits out the whole window — and alone again on a fresh web process (the
-machine's drift). A call refused a slot answers at once, so "parked" is
-counted from the client side: calls still without an answer when the loaded
-run starts and when it ends.
+slot waits out the whole window — alone again on a fresh web process (the
+machine's drift), and parked once more with the waits' quiet re-read (every
+``longpoll_recheck_seconds``) pushed past the run, to see what those cost. A
+call refused a slot answers at once, so "parked" is counted from the client
+side: calls still without an answer when a parked run starts and when it ends.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ class Parked:
     answers: list[tuple[int, float]] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     bodies: list[bytes] = field(default_factory=list)   # first few early answers
+    client: Client | None = None
 
     @property
     def open(self) -> int:
@@ -53,7 +55,7 @@ class Parked:
 async def park(client: Client, callers: list[Agent], recipients: list[Agent],
                per_caller: int) -> Parked:
     """Start ``per_caller`` blocking calls from each caller, to the recipients in turn."""
-    out = Parked()
+    out = Parked(client=client)
     targets = itertools.cycle(recipients)
     t0 = time.monotonic()
 
@@ -88,16 +90,23 @@ async def written(database_url: str, recipients: list[Agent], before: dict[str, 
 
 
 @dataclass
-class BlockingRuns:
-    baseline: latency.LatencyRun
-    loaded: latency.LatencyRun
-    again: latency.LatencyRun   # none parked again: the machine's drift meanwhile
+class ParkedRun:
+    run: latency.LatencyRun
     calls: int
-    written: int            # messages the calls wrote before the loaded run
-    open_at_start: int      # calls without an answer when the loaded run began
+    written: int            # messages the calls wrote before the measured run
+    open_at_start: int      # calls without an answer when the measured run began
     open_at_end: int        # … and when it ended
     parked: Parked
+
+
+@dataclass
+class BlockingRuns:
+    baseline: latency.LatencyRun
+    loaded: ParkedRun
+    again: latency.LatencyRun   # none parked again: the machine's drift meanwhile
+    quiet: ParkedRun            # parked with the waits' quiet re-check off (a diagnosis)
     window: float
+    quiet_recheck: float
 
 
 async def _measured(env: Env, topo: Topology, cast: Cast, client: Client, *, rate: float,
@@ -116,49 +125,68 @@ async def _warm(env: Env, topo: Topology, cast: Cast, rate: float) -> Client:
     return client
 
 
-async def run(env: Env, topo: Topology, cast: Cast, *, rate: float, seconds: float,
-              callers: int, per_caller: int, window: float) -> BlockingRuns:
-    """None parked, parked, then none parked again on a fresh web process (a closed
-    connection does not end a server-side wait; a restart does)."""
+async def _with_parked(env: Env, topo: Topology, cast: Cast, client: Client, waiters: Cast,
+                       *, per_caller: int, rate: float, seconds: float) -> ParkedRun:
+    """Park the calls, wait until their messages are written, then one measured run.
+    The calls stay open: the caller ends them (``_unpark``) and restarts the web."""
     db = env.settings.database_url
+    before = await inbox_seqs(db, [r.agent_id for r in waiters.recipients])
+    parked = await park(Client(topo.urls), waiters.senders, waiters.recipients, per_caller)
+    calls = len(parked.tasks)
+    got = await written(db, waiters.recipients, before, calls)
+    await asyncio.sleep(0.5)   # let an answer to the last written calls arrive
+    open_at_start = parked.open
+    measured = await _measured(env, topo, cast, client, rate=rate, seconds=seconds)
+    return ParkedRun(measured, calls, got, open_at_start, parked.open, parked)
+
+
+async def run(env: Env, topo: Topology, cast: Cast, *, rate: float, seconds: float,
+              callers: int, per_caller: int, window: float,
+              quiet_recheck: float = 300.0) -> BlockingRuns:
+    """None parked, parked, none parked again on a fresh web process (a closed
+    connection does not end a server-side wait; a restart does), then parked once
+    more on a web process whose waits re-read only every ``quiet_recheck`` s: the
+    difference to the first parked run is what the waits' quiet re-reads cost."""
     patient = env.variant(a2a_blocking_seconds=window)
-    await topo.restart(env, "web", patient)
-    parked_client = Client(topo.urls)
-    parked: Parked | None = None
+    quiet = env.variant(a2a_blocking_seconds=window, longpoll_recheck_seconds=quiet_recheck)
+    held: list[Parked] = []
     try:
+        await topo.restart(env, "web", patient)
         # Callers and 4 recipients nobody reads: no task they are sent ever settles.
         waiters = await make_cast(topo.urls[0], callers, 4)
-        client = await _warm(env, topo, cast, rate)
-        try:
-            base = await _measured(env, topo, cast, client, rate=rate, seconds=seconds)
-            before = await inbox_seqs(db, [r.agent_id for r in waiters.recipients])
-            parked = await park(parked_client, waiters.senders, waiters.recipients, per_caller)
-            calls = len(parked.tasks)
-            got = await written(db, waiters.recipients, before, calls)
-            await asyncio.sleep(0.5)   # let an answer to the last written calls arrive
-            open_at_start = parked.open
-            loaded = await _measured(env, topo, cast, client, rate=rate, seconds=seconds)
-            open_at_end = parked.open
-        finally:
-            client.close()
-        await _unpark(parked, parked_client)
-        await topo.restart(env, "web", patient)
-        client = await _warm(env, topo, cast, rate)
-        try:
-            again = await _measured(env, topo, cast, client, rate=rate, seconds=seconds)
-        finally:
-            client.close()
-        return BlockingRuns(base, loaded, again, calls, got, open_at_start, open_at_end,
-                            parked, window)
+        runs: list[latency.LatencyRun | ParkedRun] = []
+        for settings, parking in ((None, False), (None, True), (patient, False),
+                                  (quiet, True)):
+            if settings is not None:
+                await _unpark(held)
+                await topo.restart(env, "web", settings)
+            client = await _warm(env, topo, cast, rate)
+            try:
+                if parking:
+                    pr = await _with_parked(env, topo, cast, client, waiters,
+                                            per_caller=per_caller, rate=rate, seconds=seconds)
+                    held.append(pr.parked)
+                    runs.append(pr)
+                else:
+                    runs.append(await _measured(env, topo, cast, client, rate=rate,
+                                                seconds=seconds))
+            finally:
+                client.close()
+        base, loaded, again, quieted = runs
+        assert isinstance(base, latency.LatencyRun) and isinstance(again, latency.LatencyRun)
+        assert isinstance(loaded, ParkedRun) and isinstance(quieted, ParkedRun)
+        return BlockingRuns(base, loaded, again, quieted, window, quiet_recheck)
     finally:
-        await _unpark(parked, parked_client)
+        await _unpark(held)
         # The next scenario gets the bench's web process.
         await topo.restart(env, "web", None)
 
 
-async def _unpark(parked: Parked | None, client: Client) -> None:
-    if parked is not None:
+async def _unpark(held: list[Parked]) -> None:
+    for parked in held:
         for t in parked.tasks:
             t.cancel()
         await asyncio.gather(*parked.tasks, return_exceptions=True)
-    client.close()
+        if parked.client is not None:
+            parked.client.close()
+    held.clear()
