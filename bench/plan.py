@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 SCENARIOS = ("latency", "floor", "sends", "profile", "scaleout", "relay", "longpoll", "idle", "daemon",
-             "webhooks", "tracing", "mcp")
+             "webhooks", "tracing", "mcp", "a2a_blocking")
 
 
 @dataclass(frozen=True)
@@ -43,6 +43,11 @@ class Plan:
     # mcp: tool calls over /mcp vs the same REST calls, open loop at this rate (ADR 040)
     mcp_rate: float = 100.0
     mcp_seconds: float = 20.0
+    # a2a_blocking: the open loop at ``rate`` (``latency_seconds``) while this many agents
+    # × this many blocking SendMessage calls each wait out a window this long (ADR 036)
+    a2a_callers: int = 50
+    a2a_per_caller: int = 4
+    a2a_window_seconds: float = 60.0
 
 
 FULL = Plan("full")
