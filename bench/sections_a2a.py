@@ -17,7 +17,7 @@ TARGET_P99_MS = 50.0
 
 
 async def s_a2a_blocking(env: Env, ctx: dict, plan: Plan) -> Section:  # type: ignore[type-arg]
-    sec = Section("9. Parked blocking A2A calls vs the send load")
+    sec = Section("10. Parked blocking A2A calls vs the send load")
     r = await a2a_blocking.run(env, ctx["topology"], ctx["latency_cast"], rate=plan.rate,
                                seconds=plan.latency_seconds, callers=plan.a2a_callers,
                                per_caller=plan.a2a_per_caller, window=plan.a2a_window_seconds)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import random
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -89,7 +90,11 @@ async def until_settled(c: MeshCall, task_id: str, read_task: TaskReader,
                     return await read_task(c, task_id)
             if len(rows) == BATCH:
                 continue
-            left = min(deadline - loop.time(), s.settings.longpoll_recheck_seconds)
+            # Spread over half to one and a half intervals: waits parked together
+            # would otherwise re-read together, a burst of queries every interval
+            # that the parallel send load felt (bench a2a_blocking, ADR 036).
+            quiet = s.settings.longpoll_recheck_seconds * random.uniform(0.5, 1.5)
+            left = min(deadline - loop.time(), quiet)
             if c.me.expires_at is not None:
                 left = min(left, c.me.expires_at - time.time())
             if deadline - loop.time() <= 0 or left <= 0:
