@@ -50,7 +50,14 @@ def test_each_entry_point_serves_its_build_through_the_runtime(
         served.append((build, name))
 
     monkeypatch.setattr(runtime, "serve", fake_serve)
-    module.main()
+    # main() installs uvloop's policy for the process it starts; in this test
+    # process it must not outlive the test (uvloop's policy has no child watcher,
+    # so later tests' asyncio subprocesses would fail).
+    policy = asyncio.get_event_loop_policy()
+    try:
+        module.main()
+    finally:
+        asyncio.set_event_loop_policy(policy)
     assert served == [(module.build, process)]
 
 

@@ -157,7 +157,8 @@ async def test_up_three_agents_restarts_a_killed_one_and_drains_on_sigterm(world
     for r in rs:
         async with MeshClient(gateway, api_key=r.api_key) as c:
             me = await c.me()
-        assert me["acked_seq"] == me["inbox_seq"] and me["status"] == "draining"
+        # Drained, then offline: a clean stop ends `inactive`.
+        assert me["acked_seq"] == me["inbox_seq"] and me["status"] == "inactive"
     rows = await run_mesh_json("status", str(path), env=env)
     assert [row["state"] for row in rows] == ["stopped"] * 3
 
@@ -230,6 +231,6 @@ async def test_agents_drain_when_the_supervisor_is_killed(world, gateway, uniq, 
     finally:
         await sup.stop()
     async with MeshClient(gateway, api_key=r.api_key) as c:
-        assert (await c.me())["status"] == "draining"
+        assert (await c.me())["status"] == "inactive"  # the child's clean stop
     rows = await run_mesh_json("status", str(path), env=env)
     assert rows[0]["state"] == "down"  # the supervisor never wrote "stopped"
