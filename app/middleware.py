@@ -17,6 +17,19 @@ from app.sse_response import OUTSIDE
 _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 
 
+class _Status:
+    """The status a response started with, noted on the way out (500 until then)."""
+
+    def __init__(self, send: Send) -> None:
+        self._send = send
+        self.code = 500
+
+    async def send(self, message: Message) -> None:
+        if message["type"] == "http.response.start":
+            self.code = message["status"]
+        await self._send(message)
+
+
 class RequestMetrics:
     """Counts requests by route *template* (not raw path: agent ids would
     explode the label set) and status."""
@@ -28,29 +41,23 @@ class RequestMetrics:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        status = 500
-
-        async def send_wrapper(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-            await send(message)
+        status = _Status(send)
 
         try:
-            await self.app(scope, receive, send_wrapper)
+            await self.app(scope, receive, status.send)
         finally:
             stream = scope.get(OUTSIDE)
             if stream is not None:
                 # An event stream handed to StreamsOutside: counted as it starts
                 # (its status is the 200 it will send), not when it ends.
-                status = stream.status_code
+                status.code = stream.status_code
             route = scope.get("route")
             template = route.path if isinstance(route, BaseRoute) and hasattr(route, "path") \
                 else "unmatched"
             # The method is the client's word: unknown ones share one label value,
             # so no request can add series of its own.
             method = scope["method"] if scope["method"] in _METHODS else "OTHER"
-            HTTP_REQUESTS.labels(route=f"{method} {template}", status=str(status)).inc()
+            HTTP_REQUESTS.labels(route=f"{method} {template}", status=str(status.code)).inc()
 
 
 class ProblemBodyLimit:
@@ -210,20 +217,14 @@ class Traced:
             with tracing.request_context(headers):
                 await self.app(scope, receive, send)
             return
-        status = 500
-
-        async def send_wrapper(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-            await send(message)
+        status = _Status(send)
 
         with tracing.span("mesh.send", traceparent=headers.get("traceparent"),
                           kind=tracing.SpanKind.SERVER,
                           attributes={"http.request.method": scope["method"],
                                       "url.path": scope["path"]}) as span:
             try:
-                await self.app(scope, receive, send_wrapper)
+                await self.app(scope, receive, status.send)
             finally:
                 if span is not None:
-                    span.set_attribute("http.response.status_code", status)
+                    span.set_attribute("http.response.status_code", status.code)
