@@ -25,6 +25,21 @@ CONSUMER_LAG = Gauge(
     "exported only with MESH_METRICS_AGENT_LABELS=true.",
     ["agent_id"],
 )
+BUDGET_USED_MAX = Gauge(
+    "agent_mesh_budget_used_ratio_max",
+    "The largest share of its daily budget an agent has spent today (UTC; 1 = reached), "
+    "among agents with a budget, set by cron.",
+)
+AGENTS_NEAR_BUDGET = Gauge(
+    "agent_mesh_agents_near_budget",
+    "Agents that have spent at least 80% of their daily budget today (UTC), set by cron.",
+)
+BUDGET_USED = Gauge(
+    "agent_mesh_budget_used_ratio",
+    "The share of its daily budget an agent has spent today (UTC); "
+    "exported only with MESH_METRICS_AGENT_LABELS=true.",
+    ["agent_id"],
+)
 E2E_LATENCY = Histogram(
     "agent_mesh_message_e2e_latency_seconds",
     "From the commit of an inbox event to its hand-over to a stream or poll client.",

@@ -139,6 +139,10 @@ class AgentPatch(Strict):
     _check_instructions = field_validator("instructions")(_instructions_size)
     # In the directory (GET /v1/mesh/directory)? Off until the owner opts in.
     listed: bool | None = None
+    # `mesh agent` starts no run once the UTC day's reported spend reaches it;
+    # null removes the budget (ADR 047).
+    daily_budget_usd: Annotated[float, Field(strict=True, ge=0, le=1_000_000,
+                                             allow_inf_nan=False)] | None = None
 
 
 class GroupCreate(Strict):

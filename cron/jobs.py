@@ -32,9 +32,13 @@ from urllib.parse import urlsplit
 import asyncpg
 import redis.asyncio as aioredis
 import sentry_sdk
+from prometheus_client import Gauge
 
 from app.domain.task_states import OPEN
 from app.metrics import (
+    AGENTS_NEAR_BUDGET,
+    BUDGET_USED,
+    BUDGET_USED_MAX,
     CONSUMER_LAG,
     CONSUMER_LAG_MAX,
     DEAD_LETTERS,
@@ -48,6 +52,7 @@ from app.settings import Settings
 from app.store import agents as agents_store
 from app.store import broadcasts as broadcasts_store
 from app.store import outbox as outbox_store
+from app.store import runs as runs_store
 from app.store import tasks as tasks_store
 from app.writes import writes
 
@@ -204,6 +209,20 @@ async def alert_dead_letters(pool: asyncpg.Pool, redis: aioredis.Redis,
 _lag_labels: set[str] = set()
 
 
+def _export_per_agent(gauge: Gauge, values: dict[str, float], exported: set[str]) -> None:
+    """Set one ``agent_id`` series per value; remove the series ``exported`` last
+    time that are gone now (``exported`` is updated in place)."""
+    for agent_id in exported - values.keys():
+        try:
+            gauge.remove(agent_id)
+        except KeyError:
+            pass
+    for agent_id, value in values.items():
+        gauge.labels(agent_id=agent_id).set(value)
+    exported.clear()
+    exported.update(values)
+
+
 async def update_gauges(pool: asyncpg.Pool, *, top_n: int = LAG_TOP_N,
                         per_agent: bool = False) -> dict[str, Any]:
     """The largest consumer lag and the outbox gauges; with ``per_agent``
@@ -213,23 +232,36 @@ async def update_gauges(pool: asyncpg.Pool, *, top_n: int = LAG_TOP_N,
     pending, failed = await outbox_store.open_counts(pool)
     current = {r["agent_id"]: int(r["lag"]) for r in rows}
     CONSUMER_LAG_MAX.set(max(current.values(), default=0))
-    labelled = current if per_agent else {}
-    for agent_id in _lag_labels - labelled.keys():
-        try:
-            CONSUMER_LAG.remove(agent_id)
-        except KeyError:
-            pass
-    for agent_id, lag in labelled.items():
-        CONSUMER_LAG.labels(agent_id=agent_id).set(lag)
-    _lag_labels.clear()
-    _lag_labels.update(labelled)
+    _export_per_agent(CONSUMER_LAG, current if per_agent else {}, _lag_labels)
     OUTBOX_PENDING.set(pending)
     DEAD_LETTERS.set(failed)
     oldest = await outbox_store.oldest_pending_at(pool) if pending else None
     OUTBOX_OLDEST_AGE.set(0.0 if oldest is None
                           else max(0.0, (datetime.now(oldest.tzinfo) - oldest).total_seconds()))
+    near = await update_budget_gauges(pool, per_agent=per_agent)
     return {"lagging": len(current), "max_lag": max(current.values(), default=0),
-            "pending": pending, "failed": failed}
+            "pending": pending, "failed": failed, "near_budget": near}
+
+
+# An agent "near" its daily budget, for the alert (deploy/prometheus/alerts.yml).
+NEAR_BUDGET = 0.8
+_budget_labels: set[str] = set()
+
+
+def budget_ratio(spent: float, budget: float) -> float:
+    """Today's spend as a share of the daily budget; a budget of 0 is reached at once."""
+    return 1.0 if budget <= 0 else spent / budget
+
+
+async def update_budget_gauges(pool: asyncpg.Pool, *, per_agent: bool = False) -> int:
+    """The daily-budget gauges (ADR 047); returns how many agents are near theirs."""
+    ratios = {r["agent_id"]: budget_ratio(r["spent"], r["budget"])
+              for r in await runs_store.budget_use(pool)}
+    near = sum(1 for v in ratios.values() if v >= NEAR_BUDGET)
+    BUDGET_USED_MAX.set(max(ratios.values(), default=0.0))
+    AGENTS_NEAR_BUDGET.set(near)
+    _export_per_agent(BUDGET_USED, ratios if per_agent else {}, _budget_labels)
+    return near
 
 
 # --- broadcast deadlines ----------------------------------------------------

@@ -114,3 +114,38 @@ async def test_a_tasks_cost_is_the_sum_of_its_runs_per_owner(mesh: MeshFactory) 
         {"runs": 2, "turns": 3, "cost_usd": 0.75}
     assert ok(await a.get(f"/v1/mesh/tasks/{tid}"))["usage"] == \
         {"runs": 1, "turns": 7, "cost_usd": 2.0}
+
+
+async def test_a_daily_budget_is_set_shown_with_todays_spend_and_removed(
+        mesh: MeshFactory, db) -> None:
+    from cron.jobs import update_budget_gauges  # the gauges cron exports (ADR 047)
+
+    alice, mallory = await mesh.owner(), await mesh.owner()
+    coder = await alice.agent("coder")
+    path = f"/v1/agents/{coder.agent_id}"
+    assert ok(await alice.get(path))["daily_budget_usd"] is None  # no budget by default
+    assert ok(await alice.patch(path, {"daily_budget_usd": 1.5}))["daily_budget_usd"] == 1.5
+    for i, cost in enumerate((0.4, 0.3)):
+        ok(await coder.post("/v1/mesh/runs", run(f"rb-{i}-{uuid.uuid4().hex[:6]}",
+                                                 cost_usd=cost)), 201)
+    # The agent reads it with its instructions; the owner on the agent and the list.
+    me = ok(await coder.get("/v1/mesh/me"))
+    assert (me["daily_budget_usd"], me["spent_today_usd"]) == (1.5, 0.7)
+    listed = {a["agent_id"]: a for a in ok(await alice.get("/v1/agents"))["agents"]}
+    assert listed[coder.agent_id]["spent_today_usd"] == 0.7
+
+    # 0.7 of 1.5 is not near it; 0.7 of 0.8 is.
+    near_before = await update_budget_gauges(db)
+    ok(await alice.patch(path, {"daily_budget_usd": 0.8}))
+    assert await update_budget_gauges(db) == near_before + 1
+
+    # A PATCH without the field keeps it; null removes it.
+    assert ok(await alice.patch(path, {"description": "x"}))["daily_budget_usd"] == 0.8
+    assert ok(await alice.patch(path, {"daily_budget_usd": None}))["daily_budget_usd"] is None
+    assert await update_budget_gauges(db) == near_before
+
+    for bad in (-1, "1.5", 10**7, True, [1]):
+        body = problem(await alice.patch(path, {"daily_budget_usd": bad}), 422)
+        assert "daily_budget_usd" in body["detail"], body
+    problem(await mallory.patch(path, {"daily_budget_usd": 5}), 404)
+    assert ok(await alice.get(path))["daily_budget_usd"] is None

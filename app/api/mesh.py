@@ -17,7 +17,7 @@ from app.responses import (
     Presence,
 )
 from app.schemas import FriendRequestCreate
-from app.services import presence, social
+from app.services import accounts, presence, social
 from app.store import agents as agents_store
 
 
@@ -51,9 +51,10 @@ async def stopped(request: Request) -> Response:
      auth="agent")
 async def me(request: Request) -> Response:
     who = await agent(request)
-    row = await agents_store.get(state(request).pool, who.agent_id)
+    pool = state(request).pool
+    row = await agents_store.get(pool, who.agent_id)
     assert row is not None
-    return json(AgentOut.of(row))
+    return json(await accounts.agent_view(pool, row))
 
 
 @doc("Friends (explicit and implicit) and pending friend requests", response=Friends,

@@ -50,11 +50,11 @@ async def get_agent(request: Request) -> Response:
     me = await owner(request)
     pool = state(request).pool
     row = await accounts.owned_agent(pool, me, request.path_params["agent_id"])
-    (agent,) = await a2a_remotes.attach(pool, [AgentOut.of(row)])
-    return json(agent)
+    return json(await accounts.agent_view(pool, row))
 
 
-@doc("Change an agent's display name, description or skills", body=AgentPatch,
+@doc("Change an agent's display name, description, skills, instructions, listing or "
+     "daily budget (null removes it)", body=AgentPatch,
      response=AgentOut, auth="owner", tag="owners")
 async def patch_agent(request: Request) -> Response:
     me = await owner(request)

@@ -35,7 +35,21 @@ def _fields(ctx: Ctx) -> dict[str, Any]:
                             if k in f}
     if "skills" in f:
         data["skills"] = _skills(f["skills"])
+    if "daily_budget_usd" in f:  # empty: no budget
+        data["daily_budget_usd"] = _number(f["daily_budget_usd"])
     return data
+
+
+def _number(raw: str) -> float | str | None:
+    """A form's number field: None when empty, the text itself when it is not a
+    number (so validation names the field and the value)."""
+    raw = raw.strip()
+    if not raw:
+        return None
+    try:
+        return float(raw)
+    except ValueError:
+        return raw
 
 
 async def agents_page(ctx: Ctx, *, error: ActionError | None = None, status: int = 200) -> Response:
@@ -96,8 +110,7 @@ async def agent_page(ctx: Ctx, *, error: ActionError | None = None, status: int 
     pool = ctx.state.pool
     new_key, key_gone = await _shown_once(ctx, "key", "key", agent_id)
     new_webhook, secret_gone = await _shown_once(ctx, "secret", "webhook", agent_id)
-    (agent,) = await a2a_remotes.attach(
-        pool, [AgentOut.of(await accounts.owned_agent(pool, ctx.owner, agent_id))])
+    agent = await accounts.agent_view(pool, await accounts.owned_agent(pool, ctx.owner, agent_id))
     keys = await accounts.list_keys(pool, ctx.owner, agent_id)
     try:
         webhook = await webhooks.get(pool, ctx.owner, agent_id)

@@ -17,9 +17,18 @@ from starlette.requests import Request
 from app import tracing
 from app.api import deps
 from app.errors import Problem, validation_problem
-from app.responses import AgentOut, MemberGroups
+from app.responses import MemberGroups
 from app.schemas import BroadcastCreate, GroupMessageIn, MessageIn, StatusChange, TaskCreate
-from app.services import broadcasts, directory, group_messages, inbox, social, tasks, timeline
+from app.services import (
+    accounts,
+    broadcasts,
+    directory,
+    group_messages,
+    inbox,
+    social,
+    tasks,
+    timeline,
+)
 from app.services.principals import Agent
 from app.store import agents as agents_store
 from app.unavailable import is_unavailable
@@ -83,7 +92,7 @@ async def whoami(ctx: Any, a: dict[str, Any]) -> Any:
     row = await agents_store.get(s.pool, me.agent_id)
     if row is None:
         raise Problem(401, "this agent was deleted")
-    return _out(AgentOut.of(row))
+    return _out(await accounts.agent_view(s.pool, row))
 
 
 async def friends(ctx: Any, a: dict[str, Any]) -> Any:

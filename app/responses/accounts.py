@@ -63,6 +63,8 @@ class AgentOut(AgentSummary):
     listed: bool  # in the directory; the owner opts in with PATCH
     forked_from: str | None  # the publication it was forked from, if any
     a2a: A2ARemoteOut | None = None  # kind "a2a" only: its remote A2A server
+    daily_budget_usd: float | None = None  # no run starts once today's spend reaches it (UTC day)
+    spent_today_usd: float = 0.0  # the cost of the runs reported since 00:00 UTC
 
     @field_validator("skills", mode="before")
     @classmethod

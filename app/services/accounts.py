@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any
 
 import asyncpg
 
@@ -21,6 +22,7 @@ from app.settings import Settings
 from app.store import agents as agents_store
 from app.store import keys as keys_store
 from app.store import oauth as oauth_store
+from app.store import runs as runs_store
 from app.store import users as users_store
 from app.writes import writes
 
@@ -198,18 +200,38 @@ async def owned_agent(pool: asyncpg.Pool | asyncpg.Connection, owner: Owner,
     return row
 
 
+async def agent_views(conn: asyncpg.Pool | asyncpg.Connection,
+                      rows: Sequence[Mapping[str, Any]]) -> list[AgentOut]:
+    """Agents as their owner (or the agent itself) sees them: the row, today's
+    spend, and for bridged agents their remote (one query each for all)."""
+    agents = [AgentOut.of(r) for r in rows]
+    spent = await runs_store.spend_today(conn, [a.agent_id for a in agents]) if agents else {}
+    agents = [a.model_copy(update={"spent_today_usd": round(spent.get(a.agent_id, 0.0), 6)})
+              for a in agents]
+    return await a2a_remotes.attach(conn, agents)
+
+
+async def agent_view(conn: asyncpg.Pool | asyncpg.Connection, row: Mapping[str, Any]) -> AgentOut:
+    (agent,) = await agent_views(conn, [row])
+    return agent
+
+
+# A null in the body means "not given" for every field but these: null removes them.
+NULLABLE = frozenset({"daily_budget_usd"})
+
+
 async def patch_agent(pool: asyncpg.Pool, owner: Owner, agent_id: str,
                       body: AgentPatch) -> AgentOut:
     changes = body.model_dump(exclude_unset=True)
     if "skills" in changes:
         changes["skills"] = [s.model_dump(exclude_none=True) for s in body.skills or []]
-    changes = {k: v for k, v in changes.items() if v is not None}
+    changes = {k: v for k, v in changes.items() if v is not None or k in NULLABLE}
     if not changes:
-        return AgentOut.of(await owned_agent(pool, owner, agent_id))
+        return await agent_view(pool, await owned_agent(pool, owner, agent_id))
     row = await agents_store.patch(pool, agent_id, owner.user_id, changes)
     if row is None:
         raise not_found(f"no agent '{agent_id}' owned by you")
-    return AgentOut.of(row)
+    return await agent_view(pool, row)
 
 
 async def delete_agent(pool: asyncpg.Pool, owner: Owner, agent_id: str, *,
@@ -252,5 +274,4 @@ async def revoke_key(pool: asyncpg.Pool, owner: Owner, agent_id: str, key_id: st
 
 
 async def list_agents(pool: asyncpg.Pool, owner: Owner) -> AgentList:
-    agents = [AgentOut.of(r) for r in await agents_store.list_owned(pool, owner.user_id)]
-    return AgentList(agents=await a2a_remotes.attach(pool, agents))
+    return AgentList(agents=await agent_views(pool, await agents_store.list_owned(pool, owner.user_id)))

@@ -11,7 +11,7 @@ Conn = asyncpg.Connection | asyncpg.Pool
 
 COLUMNS = ("agent_id, owner_id, name, display_name, description, skills, kind, status, "
            "last_heartbeat_at, inbox_seq, acked_seq, created_at, updated_at, instructions, listed, "
-           "forked_from")
+           "forked_from, daily_budget_usd::float8 AS daily_budget_usd")
 
 
 async def create(conn: Conn, *, agent_id: str, owner_id: int, name: str, display_name: str,
@@ -50,7 +50,8 @@ async def list_owned(conn: Conn, owner_id: int) -> list[asyncpg.Record]:
 
 
 async def patch(conn: Conn, agent_id: str, owner_id: int, changes: dict[str, Any]) -> asyncpg.Record | None:
-    allowed = {"display_name", "description", "skills", "instructions", "listed"}
+    allowed = {"display_name", "description", "skills", "instructions", "listed",
+               "daily_budget_usd"}
     sets, args = [], [agent_id, owner_id]
     for column, value in changes.items():
         assert column in allowed

@@ -106,6 +106,17 @@ async def spend_today(conn: Conn, agent_ids: Sequence[str]) -> dict[str, float]:
     return {r["agent_id"]: r["cost_usd"] for r in rows}
 
 
+async def budget_use(conn: Conn) -> list[asyncpg.Record]:
+    """Every agent with a daily budget: the budget and what it reported spending
+    today (UTC)."""
+    return await conn.fetch(
+        "SELECT a.agent_id, a.daily_budget_usd::float8 AS budget, "
+        "COALESCE(sum(r.cost_usd), 0)::float8 AS spent FROM agents a "
+        "LEFT JOIN agent_runs r ON r.agent_id = a.agent_id "
+        "AND r.started_at >= date_trunc('day', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC' "
+        "WHERE a.daily_budget_usd IS NOT NULL GROUP BY a.agent_id, a.daily_budget_usd")
+
+
 async def task_usage(conn: Conn, task_id: str, owner_id: int) -> asyncpg.Record:
     """The runs behind a task by the agents of one owner: count, turns, cost."""
     row = await conn.fetchrow(

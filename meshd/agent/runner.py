@@ -40,6 +40,7 @@ from claude_agent_sdk import __version__ as sdk_version
 from claude_agent_sdk.types import HookEvent
 
 from meshd.agent import model_api
+from meshd.agent.budget import budget_stop
 from meshd.agent.permissions import path_guard
 from meshd.agent.policies import actions, notes, sandbox
 from meshd.agent.policies.chitchat import is_chit_chat
@@ -50,6 +51,7 @@ from meshd.agent.run_reports import RunReports, gateway_outcome
 from meshd.agent.sessions import RunLog, RunRecord, SessionStore, conversation_key, peer_of
 from meshd.agent.settings import RISKY_TOOLS, AgentSettings, Policy, RunSettings, default_policy
 from meshd.agent.tools import NEEDS_WORKING, RunContext, mesh_server, note_part
+from meshd.client import MeshClient
 from meshd.config import config_path, state_root
 from meshd.errors import ConflictError, MeshError, NotFoundError
 from meshd.handlers import HandlerContext, HandlerError, Reply
@@ -169,11 +171,17 @@ class AgentRunner:
         log.info("seq %d: complexity %s (%s), effort %s, thinking %s%s", event.seq, plan.level,
                  plan.level_source, rs.effort, (rs.thinking or {}).get("type"),
                  ", handshake run" if plan.handshake else "")  # fmt: skip
+        profile = await self._profile(client)
+        stop = budget_stop(profile)
+        if stop is not None:
+            await self._budget_note(event, client, *stop)
+            return None
         run = RunContext(client=client, me=self.me, event=event, extra=plan.metadata,
                          finish_reply=plan.verifier.finish if plan.verifier else None)  # fmt: skip
         await self._report(run, rs, None)  # the gateway shows it as the current run
         try:
-            outcome = await self._run(event, task, rs, run, plan)
+            outcome = await self._run(event, task, rs, run, plan,
+                                      str(profile.get("instructions") or ""))
         except HandlerError as e:
             # Recorded too: an errored run may have spent money before it failed.
             failed = Outcome("error", 0.0, run.turns, int((time.monotonic() - run.started) * 1000),
@@ -218,14 +226,18 @@ class AgentRunner:
     def _context_key(self, event: InboxEvent) -> str:
         return conversation_key(event)
 
-    async def _options(self, event: InboxEvent, rs: RunSettings, run: RunContext, plan: Plan
-                       ) -> ClaudeAgentOptions:  # fmt: skip
-        assert self.teammates is not None and self.sessions is not None
+    async def _profile(self, client: MeshClient) -> dict[str, Any]:
+        """This agent's profile, read once per run: its instructions and daily budget.
+        Unreadable (the gateway away): no instructions and no budget check."""
         try:
-            instructions = str((await run.client.me()).get("instructions") or "")
+            return await client.me()
         except MeshError as e:
-            log.warning("could not read this agent's instructions: %s", e)
-            instructions = ""
+            log.warning("could not read this agent's instructions and budget: %s", e)
+            return {}
+
+    async def _options(self, event: InboxEvent, rs: RunSettings, run: RunContext, plan: Plan,
+                       instructions: str) -> ClaudeAgentOptions:  # fmt: skip
+        assert self.teammates is not None and self.sessions is not None
         server, mesh_tools = mesh_server(run)
         st = self.settings
         session = self.sessions.get(self.sessions.key_for(event))
@@ -278,14 +290,15 @@ class AgentRunner:
         return hooks
 
     async def _run(
-        self, event: InboxEvent, task: Task | None, rs: RunSettings, run: RunContext, plan: Plan
+        self, event: InboxEvent, task: Task | None, rs: RunSettings, run: RunContext, plan: Plan,
+        instructions: str,
     ) -> Outcome:
         assert self.sessions is not None
         st = self.settings
         prompt = wake_prompt(event, self.me, task, history=st.history, history_chars=st.history_chars)
         if plan.notes:
             prompt += "\n\n" + "\n\n".join(plan.notes)
-        options = await self._options(event, rs, run, plan)
+        options = await self._options(event, rs, run, plan, instructions)
         stopped = lambda: plan.guards.stopped if plan.guards else None  # noqa: E731
         session_key = self.sessions.key_for(event)
         prior = self.sessions.get(session_key)
@@ -452,23 +465,34 @@ class AgentRunner:
             f"{spent} in {outcome.duration_ms / 1000:.1f} s. It is not retried."
         )
         log.warning("run for seq %d: %s", event.seq, note)
+        meta = self._final_metadata(event, outcome, run, limit=limit)
+        await self._stopped_note(event, run.client, note, meta, f"{event.event_id}/limit", limit)
+
+    async def _budget_note(self, event: InboxEvent, client: MeshClient, note: str,
+                           meta: dict[str, Any]) -> None:
+        log.warning("seq %d (%s, task %s): no run: %s", event.seq, event.type, event.task_id, note)
+        await self._stopped_note(event, client, note, meta, f"{event.event_id}/budget",
+                                 "daily budget")
+
+    async def _stopped_note(self, event: InboxEvent, client: MeshClient, note: str,
+                            meta: dict[str, Any], key: str, why: str) -> None:
+        """Tell the task why its message got no (full) run: the task fails when this
+        agent serves it, else the note is a reply. Once per event (``key``)."""
         if not event.task_id:
             return
-        client = run.client
-        meta = self._final_metadata(event, outcome, run, limit=limit)
         parts = [note_part(note, meta)]
-        mid = run.message_id(f"{event.event_id}/limit")
+        mid = derived_message_id(self.me, key)
         try:
             task = await client.get_task(event.task_id)
             if task.terminal:
                 return
             if task.serving_agent == self.me:
                 await set_failed(client, task, parts=parts, message_id=mid, metadata=meta)
-                log.info("task %s set to failed (%s)", task.task_id, limit)
+                log.info("task %s set to failed (%s)", task.task_id, why)
             else:
                 await client.reply(task.task_id, parts=parts, message_id=mid, metadata=meta)
         except MeshError as e:
-            log.warning("could not report the %s on task %s: %s", limit, event.task_id, e)
+            log.warning("could not report the %s on task %s: %s", why, event.task_id, e)
 
     def _record(
         self, event: InboxEvent, run: RunContext, outcome: Outcome, auto: bool, detail: str = ""
