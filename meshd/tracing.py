@@ -77,6 +77,15 @@ def handle(traceparent: str | None, attributes: Mapping[str, Any]) -> Iterator[A
         yield span
 
 
+def annotate(attributes: Mapping[str, Any]) -> None:
+    """Add ``attributes`` to the current span (a run's turns and cost on ``mesh.handle``)."""
+    if not enabled:
+        return
+    from opentelemetry import trace
+
+    trace.get_current_span().set_attributes(dict(attributes))
+
+
 def current_headers() -> dict[str, str]:
     """``{"traceparent": …}`` of the current span, for a request to the gateway."""
     if not enabled:

@@ -200,6 +200,46 @@ async def test_a2a_in_nats_between_webhook_and_long_poll_out_is_one_trace(
             proc.stop_quietly()
 
 
+async def test_a_mesh_agent_run_puts_its_turns_and_cost_on_mesh_handle(
+        migrated: Settings, jaeger: Jaeger, tmp_path: Path) -> None:
+    from tests.meshd.agent_support import DONE, agent_proc, runs, started
+    from tests.support.model_server import ModelServer, Reply
+
+    def answer(req: object) -> Reply:
+        reply = Reply(text="It is 42.")
+        reply.input_tokens, reply.output_tokens = 20_000, 3_000  # priced by the CLI
+        return reply
+
+    iso = await isolated_settings(migrated)
+    env = _otel(jaeger)
+    procs = [MeshProcess(kind, iso, os_env=env) for kind in ("web", "outbox", "push")]
+    for proc in procs:
+        await proc.start()
+    agent: Proc | None = None
+    try:
+        with ModelServer(answer) as model:
+            async with MeshFactory.connect(procs[0].url) as mesh:
+                a, b = await mesh.pair()
+                agent = await started(agent_proc(procs[0].url, b, tmp_path, "b", model, env=env))
+                trace_id = secrets.token_hex(16)
+                ok(await a.http.post("/v1/mesh/tasks", json={
+                    "to_agent_id": b.agent_id, "message": text_message("6*7?")},
+                    headers={**a.headers, "traceparent": f"00-{trace_id}-{secrets.token_hex(8)}-01"}),
+                   201)
+                await agent.wait_log(DONE)
+        [rec] = runs(tmp_path, "b")
+        spans = await _spans(jaeger, trace_id, {("meshd", "mesh.handle")})
+        [handle] = [s for s in spans if s["operationName"] == "mesh.handle"]
+        tags = {t["key"]: t["value"] for t in handle["tags"]}
+        assert (tags["mesh.run.outcome"], tags["mesh.run.turns"]) == ("ok", rec["turns"])
+        assert tags["mesh.run.cost_usd"] == rec["cost_usd"] > 0.01
+    finally:
+        if agent is not None:
+            await agent.stop()
+        for proc in procs:
+            proc.stop_quietly()
+
+
 def test_tracing_off_creates_no_exporter_and_keeps_the_event_bytes(
         migrated: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
     from datetime import UTC, datetime

@@ -39,6 +39,7 @@ from claude_agent_sdk import (
 from claude_agent_sdk import __version__ as sdk_version
 from claude_agent_sdk.types import HookEvent
 
+from meshd import tracing
 from meshd.agent import model_api
 from meshd.agent.budget import budget_stop
 from meshd.agent.permissions import path_guard
@@ -505,6 +506,9 @@ class AgentRunner:
             posted=run.posted + int(auto), auto_reply=auto, detail=detail[:500],
         )  # fmt: skip
         totals = self.runs.add(rec)
+        tracing.annotate({"mesh.run.id": run.run_id, "mesh.run.outcome": outcome.kind,
+                          "mesh.run.turns": outcome.turns, "mesh.run.cost_usd": rec.cost_usd,
+                          "mesh.run.duration_ms": outcome.duration_ms})
         log.info(
             "run for seq %d done: outcome=%s turns=%d cost_usd=%.6f duration_ms=%d posted=%d "
             "auto_reply=%s (total: %d runs, $%.4f)",

@@ -24,11 +24,13 @@ DONE = r"run for seq \d+ done"
 TASK_RE = re.compile(r"task_id: (\S+)")
 
 
-def agent_proc(url: str, handle: AgentHandle, tmp: Path, name: str, model: ModelServer, *args: str) -> Proc:
-    """``mesh agent`` for ``handle``, its model API being ``model``; state and HOME under ``tmp``."""
+def agent_proc(url: str, handle: AgentHandle, tmp: Path, name: str, model: ModelServer, *args: str,
+               env: dict[str, str] | None = None) -> Proc:
+    """``mesh agent`` for ``handle``, its model API being ``model``; state and HOME under
+    ``tmp``; ``env`` added to its environment."""
     home = tmp / f"home-{name}"
     home.mkdir(parents=True, exist_ok=True)
-    env = mesh_env(url, handle.api_key, tmp, **model.env(str(home)))
+    env = mesh_env(url, handle.api_key, tmp, **model.env(str(home)), **(env or {}))
     argv = mesh_cmd("agent", "--state-dir", str(tmp / f"state-{name}"), *FAST, *args)
     return Proc(argv, env, name=f"agent {name}")
 
