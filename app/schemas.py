@@ -256,6 +256,8 @@ class RunReport(Strict):
     duration_ms: Annotated[int, Field(ge=0, le=10 ** 12)] | None = None
     model: Annotated[str, StringConstraints(max_length=200)] | None = None
     limit_hit: Annotated[str, StringConstraints(max_length=200)] | None = None
+    # A command's exit status (`mesh daemon --exec`); negative: killed by that signal.
+    exit_status: Annotated[int, Field(ge=-255, le=255)] | None = None
     # Longer error texts are cut to RUN_TEXT_MAX characters, not refused: a
     # run's report must not be lost to a long stack trace.
     error: str | None = None

@@ -32,6 +32,7 @@ from meshd.feed import InboxFeed
 from meshd.handlers import Handler, HandlerError
 from meshd.models import InboxEvent
 from meshd.options import DaemonOptions, DaemonStats, Stopped, StopSignal, Transport
+from meshd.run_reports import RunReports
 from meshd.runner import Outbox, fail_action, reply_action, run_with_retries
 from meshd.state import DaemonState
 
@@ -53,6 +54,7 @@ class Daemon:
         self.state: DaemonState | None = None
         self._stop = StopSignal()
         self._outbox: Outbox | None = None
+        self.reports: RunReports | None = None
         self._idle = asyncio.Event()
         self._idle.set()
         self._acked: int | None = None
@@ -124,12 +126,16 @@ class Daemon:
             log.info("resuming after seq %d (state %s)", state.cursor, state.path)
         state.save()
         self._outbox = Outbox(self.client, state, self.agent_id, self.opt, self._stop)
+        # Under the state lock: only this runtime closes the runs its predecessor left open.
+        self.reports = RunReports(folder, self.agent_id)
+        await self.reports.recover(self.client)
 
     async def _serve(self) -> int:
         assert self.state is not None
         heartbeat = asyncio.create_task(self._heartbeat_loop(), name="meshd-heartbeat")
         refresher = asyncio.create_task(self._token_loop(), name="meshd-token")
         acker = asyncio.create_task(self._ack_loop(), name="meshd-ack")
+        reporter = asyncio.create_task(self._report_loop(), name="meshd-run-reports")
         consumer = asyncio.create_task(self._consume(), name="meshd-consumer")
         stop_wait = asyncio.create_task(self._stop.wait())
         code = 0
@@ -157,12 +163,17 @@ class Daemon:
                         "handler still running after the grace period; it is stopped "
                         "and its event runs again on the next start"
                     )
-            for task in (consumer, heartbeat, refresher, acker, stop_wait):
+            loops = (consumer, heartbeat, refresher, acker, reporter, stop_wait)
+            for task in loops:
                 task.cancel()
-            for task in (consumer, heartbeat, refresher, acker, stop_wait):
+            for task in loops:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
-            # 2. tell the gateway, 3. flush state
+            # 2. tell the gateway (the runs' reports, the ack, presence), 3. flush state
+            if self.reports is not None and self.reports.pending:
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(self.opt.offline_timeout):
+                        await self.reports.send(self.client)
             await self._go_offline()
             self.state.save()
             log.info(
@@ -192,6 +203,16 @@ class Daemon:
             log.warning("could not tell the gateway this agent is %s: %s", what, e)
 
     # -- background loops ----------------------------------------------------
+    async def _report_loop(self) -> None:
+        """Resend the run reports a gateway outage left waiting, with backoff."""
+        assert self.reports is not None
+        backoff = Backoff(self.opt.reconnect_initial, self.opt.reconnect_max)
+        while True:
+            await self.reports.waiting.wait()
+            await self._stop.sleep(backoff.next())
+            if await self.reports.send(self.client) == 0:
+                backoff.reset()
+
     async def _heartbeat_loop(self) -> None:
         try:
             await self.client.go_online()  # also leaves "draining" after a restart
@@ -318,7 +339,8 @@ class Daemon:
                                                     "mesh.event_type": event.type}):
                 try:
                     reply = await run_with_retries(
-                        self.handler, event, self.client, self.agent_id, self.opt, self._stop
+                        self.handler, event, self.client, self.agent_id, self.opt, self._stop,
+                        self.reports,
                     )
                 except HandlerError as e:
                     self.stats.gave_up += 1

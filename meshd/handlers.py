@@ -19,6 +19,7 @@ import re
 import shlex
 import signal
 import sys
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,9 +27,11 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from meshd import tracing
 from meshd.models import InboxEvent, Part
+from meshd.run_reports import CANCELLED
 
 if TYPE_CHECKING:
     from meshd.client import MeshClient
+    from meshd.run_reports import RunReports
 
 Reply = str | list[Part] | None
 STDERR_TAIL = 2000
@@ -47,6 +50,8 @@ class HandlerContext:
     client: MeshClient
     agent_id: str
     attempt: int
+    # The runtime's run reports (meshd.run_reports); None outside the daemon.
+    reports: RunReports | None = None
 
 
 class Handler(Protocol):
@@ -151,6 +156,29 @@ class ExecHandler:
         self._argv = direct_argv(command)
 
     async def __call__(self, event: InboxEvent, ctx: HandlerContext) -> Reply:
+        """One run of the command, reported to the gateway when the daemon keeps
+        run reports: ok (exit 0), failed (the exit status and the tail of stderr),
+        limit (the timeout)."""
+        reports = ctx.reports
+        if reports is None:
+            return await self._execute(event, ctx, {})
+        run_id = await reports.start(ctx.client, event)
+        began = time.monotonic()
+        figures: dict[str, Any] = {}
+        try:
+            reply = await self._execute(event, ctx, figures)
+        except HandlerError as e:
+            await reports.end(ctx.client, run_id, figures.pop("outcome", "failed"), error=str(e),
+                              duration_ms=_ms_since(began), **figures)
+            raise
+        except BaseException:
+            reports.stopped(run_id, "failed", error=CANCELLED, duration_ms=_ms_since(began))
+            raise
+        await reports.end(ctx.client, run_id, "ok", exit_status=0, duration_ms=_ms_since(began))
+        return reply
+
+    async def _execute(self, event: InboxEvent, ctx: HandlerContext, figures: dict[str, Any]) -> Reply:
+        """Run the command once; ``figures`` gets the exit status, or the limit hit."""
         env = {**self.env, **event_env(event, ctx.agent_id), "MESH_ATTEMPT": str(ctx.attempt)}
         kw: dict[str, Any] = {
             "stdin": asyncio.subprocess.PIPE,
@@ -175,6 +203,7 @@ class ExecHandler:
         except TimeoutError:
             _kill_group(proc, signal.SIGKILL)
             await proc.wait()
+            figures.update(outcome="limit", limit_hit="time limit")
             raise HandlerError(
                 f"handler timed out after {self.timeout:g}s (command: {self.command})"
             ) from None
@@ -191,12 +220,17 @@ class ExecHandler:
             sys.stderr.write(stderr if stderr.endswith("\n") else stderr + "\n")
             sys.stderr.flush()
         if proc.returncode != 0:
+            figures["exit_status"] = proc.returncode
             tail = stderr.strip()[-STDERR_TAIL:]
             raise HandlerError(
                 f"handler exited with status {proc.returncode}" + (f": {tail}" if tail else "")
             )
         text = out.decode(errors="replace").strip()
         return text or None
+
+
+def _ms_since(began: float) -> int:
+    return int((time.monotonic() - began) * 1000)
 
 
 class CallableHandler:

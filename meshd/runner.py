@@ -30,6 +30,7 @@ from meshd.handlers import Handler, HandlerContext, HandlerError, Reply
 from meshd.ids import derived_message_id
 from meshd.models import InboxEvent, Part, Task, text_part
 from meshd.options import DaemonOptions, StopSignal
+from meshd.run_reports import RunReports
 from meshd.state import DaemonState
 
 log = logging.getLogger("meshd.daemon")
@@ -42,12 +43,14 @@ async def run_with_retries(
     agent_id: str,
     opt: DaemonOptions,
     stop: StopSignal,
+    reports: RunReports | None = None,
 ) -> Reply:
     """The handler's reply; after ``opt.attempts`` failures, the last :class:`HandlerError`."""
     backoff = Backoff(opt.retry_initial, opt.retry_max)
     for attempt in range(1, opt.attempts + 1):
         try:
-            return await handler(event, HandlerContext(client=client, agent_id=agent_id, attempt=attempt))
+            return await handler(event, HandlerContext(client=client, agent_id=agent_id,
+                                                       attempt=attempt, reports=reports))
         except HandlerError as e:
             if attempt == opt.attempts:
                 raise

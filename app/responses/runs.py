@@ -19,6 +19,7 @@ class RunOut(Out):
     duration_ms: int | None
     model: str | None
     limit_hit: str | None
+    exit_status: int | None
     error: str | None
     started_at: Timestamp
     ended_at: Timestamp | None

@@ -11,7 +11,7 @@ import asyncpg
 Conn = asyncpg.Connection | asyncpg.Pool
 
 RUN_COLUMNS = ("agent_id, run_id, event_id, task_id, context_id, outcome, turns, "
-               "cost_usd::float8 AS cost_usd, duration_ms, model, limit_hit, error, "
+               "cost_usd::float8 AS cost_usd, duration_ms, model, limit_hit, exit_status, error, "
                "started_at, ended_at")
 
 # A start report creates the row; an end report fills it in. A run that has
@@ -20,8 +20,8 @@ RUN_COLUMNS = ("agent_id, run_id, event_id, task_id, context_id, outcome, turns,
 # tells an insert from an update.
 _REPORT_SQL = f"""
 INSERT INTO agent_runs AS r (agent_id, run_id, event_id, task_id, context_id, outcome, turns,
-                             cost_usd, duration_ms, model, limit_hit, error, ended_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12,
+                             cost_usd, duration_ms, model, limit_hit, error, exit_status, ended_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13,
         CASE WHEN $6 = 'running' THEN NULL ELSE now() END)
 ON CONFLICT (agent_id, run_id) DO UPDATE SET
     event_id = COALESCE(EXCLUDED.event_id, r.event_id),
@@ -29,7 +29,8 @@ ON CONFLICT (agent_id, run_id) DO UPDATE SET
     context_id = COALESCE(EXCLUDED.context_id, r.context_id),
     outcome = EXCLUDED.outcome, turns = EXCLUDED.turns, cost_usd = EXCLUDED.cost_usd,
     duration_ms = EXCLUDED.duration_ms, model = COALESCE(EXCLUDED.model, r.model),
-    limit_hit = EXCLUDED.limit_hit, error = EXCLUDED.error, ended_at = EXCLUDED.ended_at
+    limit_hit = EXCLUDED.limit_hit, error = EXCLUDED.error, exit_status = EXCLUDED.exit_status,
+    ended_at = EXCLUDED.ended_at
 WHERE r.ended_at IS NULL AND EXCLUDED.outcome <> 'running'
 RETURNING {RUN_COLUMNS}, (xmax = 0) AS created
 """
@@ -40,7 +41,8 @@ async def report(conn: Conn, agent_id: str, run: dict[str, Any]) -> tuple[asyncp
     row = await conn.fetchrow(
         _REPORT_SQL, agent_id, run["run_id"], run.get("event_id"), run.get("task_id"),
         run.get("context_id"), run["outcome"], run.get("turns", 0), run.get("cost_usd", 0.0),
-        run.get("duration_ms"), run.get("model"), run.get("limit_hit"), run.get("error"))
+        run.get("duration_ms"), run.get("model"), run.get("limit_hit"), run.get("error"),
+        run.get("exit_status"))
     if row is not None:
         return row, bool(row["created"])
     # Nothing changed (the run had ended): the row as it stands.

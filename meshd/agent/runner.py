@@ -48,7 +48,6 @@ from meshd.agent.policies.chitchat import is_chit_chat
 from meshd.agent.policies.engine import Plan, Policies
 from meshd.agent.policies.sandbox import Sandbox
 from meshd.agent.prompt import Teammates, system_prompt, wake_prompt
-from meshd.agent.run_reports import RunReports, gateway_outcome
 from meshd.agent.sessions import RunLog, RunRecord, SessionStore, conversation_key, peer_of
 from meshd.agent.settings import RISKY_TOOLS, AgentSettings, Policy, RunSettings, default_policy
 from meshd.agent.tools import NEEDS_WORKING, RunContext, mesh_server, note_part
@@ -58,6 +57,7 @@ from meshd.errors import ConflictError, MeshError, NotFoundError
 from meshd.handlers import HandlerContext, HandlerError, Reply
 from meshd.ids import derived_message_id
 from meshd.models import InboxEvent, Task
+from meshd.run_reports import CANCELLED, RunReports, gateway_outcome
 from meshd.runner import set_failed
 
 log = logging.getLogger("meshd.agent")
@@ -125,7 +125,7 @@ class AgentRunner:
         self.extra_dirs = [Path(p).resolve() for p in self.settings.extra_dirs]
         self.sessions = SessionStore(folder)
         self.runs = RunLog(folder)
-        self.reports = RunReports(folder)
+        self.reports = ctx.reports or RunReports(folder, ctx.agent_id)
         self.teammates = Teammates(ctx.client, ttl=self.settings.teammates_ttl)
         self.policies = Policies(self.settings.policies, folder, self.workspace, self._sandbox(folder))
         self._ready = True
@@ -177,9 +177,11 @@ class AgentRunner:
         if stop is not None:
             await self._budget_note(event, client, *stop)
             return None
-        run = RunContext(client=client, me=self.me, event=event, extra=plan.metadata,
+        assert self.reports is not None
+        # Reported as it starts: the gateway shows it as the agent's current run.
+        run_id = await self.reports.start(client, event, model=rs.model)
+        run = RunContext(client=client, me=self.me, event=event, run_id=run_id, extra=plan.metadata,
                          finish_reply=plan.verifier.finish if plan.verifier else None)  # fmt: skip
-        await self._report(run, rs, None)  # the gateway shows it as the current run
         try:
             outcome = await self._run(event, task, rs, run, plan,
                                       str(profile.get("instructions") or ""))
@@ -188,8 +190,12 @@ class AgentRunner:
             failed = Outcome("error", 0.0, run.turns, int((time.monotonic() - run.started) * 1000),
                              None, "", None)  # fmt: skip
             self._record(event, run, failed, False, detail=str(e))
-            await self._report(run, rs, failed, error=str(e))
+            await self._report(run, failed, error=str(e))
             await actions.count_failure(self.policies, run, key, str(e))
+            raise
+        except BaseException:
+            self.reports.stopped(run_id, "failed", error=CANCELLED, turns=run.turns,
+                                 duration_ms=int((time.monotonic() - run.started) * 1000))
             raise
         finally:
             assert self.sessions is not None
@@ -205,23 +211,16 @@ class AgentRunner:
             await self._limit_note(event, rs, run, outcome)
             await actions.count_failure(self.policies, run, key, outcome.detail or outcome.kind)
         self._record(event, run, outcome, auto, detail=outcome.detail)
-        await self._report(run, rs, outcome, error=outcome.detail or None)
+        await self._report(run, outcome, error=outcome.detail or None)
         return None
 
-    async def _report(self, run: RunContext, rs: RunSettings, outcome: Outcome | None, *,
-                      error: str | None = None) -> None:
-        """The run's start (``outcome`` None) or end, to the gateway (ADR 046)."""
+    async def _report(self, run: RunContext, outcome: Outcome, *, error: str | None = None) -> None:
+        """The run's end, to the gateway (ADR 046)."""
         assert self.reports is not None
-        event = run.event
-        report: dict[str, Any] = {"run_id": run.run_id, "event_id": event.event_id,
-                                  "task_id": event.task_id, "context_id": event.context_id,
-                                  "model": rs.model, "outcome": "running"}
-        if outcome is not None:
-            kind, limit = gateway_outcome(outcome.kind)
-            report.update(outcome=kind, limit_hit=limit, turns=outcome.turns,
-                          cost_usd=round(outcome.cost_usd, 6), duration_ms=outcome.duration_ms,
-                          error=error if kind != "ok" else None)
-        await self.reports.send(run.client, {k: v for k, v in report.items() if v is not None})
+        kind, limit = gateway_outcome(outcome.kind)
+        await self.reports.end(run.client, run.run_id, kind, limit_hit=limit, turns=outcome.turns,
+                               cost_usd=round(outcome.cost_usd, 6), duration_ms=outcome.duration_ms,
+                               error=error if kind != "ok" else None)
 
     # -- the SDK run -------------------------------------------------------------
     def _context_key(self, event: InboxEvent) -> str:

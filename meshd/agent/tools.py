@@ -46,6 +46,9 @@ class RunContext:
     client: MeshClient
     me: str
     event: InboxEvent
+    # This attempt's id (meshd.run_reports): its messages carry it, so the console
+    # pairs each message with the run that posted it.
+    run_id: str
     started: float = field(default_factory=time.monotonic)
     turns: int = 0
     calls: Counter[str] = field(default_factory=Counter)
@@ -63,11 +66,6 @@ class RunContext:
     held: dict[str, tuple[str, str | None]] = field(default_factory=dict)
     # The run asked others (mesh_send_message, mesh_broadcast): their answers come later.
     waiting: bool = False
-
-    @property
-    def run_id(self) -> str:
-        """The same for every try of one event's run: the console pairs messages with figures by it."""
-        return derived_message_id(self.me, f"{self.event.event_id}/run")
 
     def key(self, tool_name: str) -> str:
         self.calls[tool_name] += 1

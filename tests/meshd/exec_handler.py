@@ -4,6 +4,9 @@ Reads the event JSON on stdin. Behaviour by message text:
 - ``block``: the first time only (a marker file claimed with rename), report
   ``started <seq> <pid>`` to the probe and hang until killed;
 - ``slow``: report ``started <seq>``, take 1.5 s, then go on as below;
+- ``hang``: sleep a minute (for a ``--timeout`` to stop);
+- ``wait``: report ``started <seq>``, block until the test writes to the FIFO
+  $TEST_RELEASE, then go on as below;
 - ``fail``: exit 3 with an error on stderr, every time;
 - anything else: append ``<seq> <event_id> <text>`` to $TEST_OUT, report
   ``done <seq>``, print ``re: <text>`` (the reply) for new tasks.
@@ -37,6 +40,12 @@ def main() -> int:
             probe(f"started {seq} {os.getpid()}")
             time.sleep(120)
             return 9
+    if text == "wait":
+        probe(f"started {seq}")
+        with open(os.environ["TEST_RELEASE"]) as fifo:
+            fifo.read()
+    if text == "hang":
+        time.sleep(60)
     if text == "slow":
         probe(f"started {seq}")
         time.sleep(1.5)

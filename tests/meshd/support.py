@@ -351,3 +351,31 @@ class Proxy:
             self._conns.discard(writer)
             with contextlib.suppress(Exception):
                 writer.transport.abort()
+
+
+async def gateway_runs(owner: Any, agent_id: str, *, settled: int | None = None) -> list[dict[str, Any]]:
+    """The agent's runs at the gateway, oldest first (every page). With ``settled``,
+    awaits that many runs, all ended: the end reports follow the handler's work."""
+    seen: list[dict[str, Any]] = []
+    try:
+        async with asyncio.timeout(TIMEOUT):
+            while True:
+                seen = await _all_runs(owner, agent_id)
+                if settled is None or (len(seen) >= settled
+                                       and all(r["outcome"] != "running" for r in seen)):
+                    return seen
+                await asyncio.sleep(0.05)
+    except TimeoutError:
+        raise AssertionError(f"awaited {settled} ended runs of {agent_id}; the gateway has "
+                             f"{[(r['outcome'], r['error']) for r in seen]}") from None
+
+
+async def _all_runs(owner: Any, agent_id: str) -> list[dict[str, Any]]:
+    found: list[dict[str, Any]] = []
+    params: dict[str, Any] = {"limit": 100}
+    while True:
+        page = (await owner.get(f"/v1/agents/{agent_id}/runs", params=params)).json()
+        found.extend(page["runs"])
+        if not page["next_cursor"]:
+            return found[::-1]
+        params["cursor"] = page["next_cursor"]

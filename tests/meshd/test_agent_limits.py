@@ -13,6 +13,7 @@ import threading
 
 import pytest
 
+from meshd.run_reports import INTERRUPTED
 from tests.meshd.agent_support import (
     DONE,
     agent_proc,
@@ -25,7 +26,7 @@ from tests.meshd.agent_support import (
     task_of,
     texts_by,
 )
-from tests.meshd.support import process_exit
+from tests.meshd.support import gateway_runs, process_exit
 from tests.support.model_server import ApiError, ModelServer, Reply, Request, use_tool
 
 
@@ -141,6 +142,8 @@ async def test_kill_9_mid_run_reruns_the_event_and_the_reply_appears_once(world,
             await model.wait_turns(3)  # 1 for the first event; the reply went out; the next turn hangs
             proc, before = await killed_mid_run_and_restarted(proc, gateway, agent, tmp_path,
                                                               model, first_try, hold)
+            # Read while it runs: the end report follows the run's log line.
+            at_gateway = await gateway_runs(world.alice, agent.agent_id, settled=3)
         finally:
             hold.set()
             await proc.stop()
@@ -150,6 +153,12 @@ async def test_kill_9_mid_run_reruns_the_event_and_the_reply_appears_once(world,
     got = await task_of(world.alice, task["task_id"])
     assert texts_by(got, agent.agent_id) == ["first answer", "the answer"]  # and posted once
     assert [r["outcome"] for r in runs(tmp_path, "a")] == ["ok", "ok"]
+    # The gateway counts three runs: the kill cut one short, and the restarted
+    # runtime reported it failed before the event ran again.
+    assert [r["outcome"] for r in at_gateway] == ["ok", "failed", "ok"]
+    assert at_gateway[1]["error"] == INTERRUPTED
+    local = runs(tmp_path, "a")
+    assert [r["cost_usd"] for r in (at_gateway[0], at_gateway[2])] == [r["cost_usd"] for r in local]
     # The re-run continued the context as it was before the killed run (its session was
     # forked, and the fork only kept once a run ends): the first event is remembered, the
     # killed run's half is not.
@@ -226,10 +235,14 @@ async def test_a_model_api_error_is_retried_then_the_task_fails_and_the_inbox_mo
             n = len(proc.lines)
             fine = await ask(world.alice, agent.agent_id, "And now?")
             await proc.wait_log(DONE, after=n)
+            at_gateway = await gateway_runs(world.alice, agent.agent_id, settled=3)  # each try a run
         finally:
             await proc.stop()
     got = await task_of(world.alice, broken["task_id"])
     assert got["state"] == "failed"
     assert "scripted: this request is invalid" in got["status_message"]["parts"][0]["text"]
     assert [r["outcome"] for r in runs(tmp_path, "a")] == ["error", "error", "ok"]  # --attempts 2
+    assert [(r["task_id"], r["outcome"]) for r in at_gateway] == [
+        (broken["task_id"], "failed"), (broken["task_id"], "failed"), (fine["task_id"], "ok")]
+    assert "scripted: this request is invalid" in at_gateway[0]["error"]
     assert texts_by(await task_of(world.alice, fine["task_id"]), agent.agent_id) == ["fine"]

@@ -7,13 +7,24 @@ behind a TCP relay that can cut connections and refuse the SSE path).
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
+import sys
 from pathlib import Path
 
 import pytest
 
 from meshd import MeshClient
-from tests.meshd.support import GatewayProc, Probe, Proc, Proxy, mesh_cmd, mesh_env
+from tests.meshd.support import (
+    REPO,
+    GatewayProc,
+    Probe,
+    Proc,
+    Proxy,
+    gateway_runs,
+    mesh_cmd,
+    mesh_env,
+)
 
 # kills and restarts the gateway, cuts SSE, waits for token expiry
 pytestmark = pytest.mark.faults
@@ -115,6 +126,44 @@ async def test_gateway_killed_and_restarted_nothing_lost(pair, gateway, migrated
             await d.stop()
             await gw.kill()
     assert handled_texts(tmp_path) == [f"r{i}" for i in range(20)]
+
+
+async def test_a_run_that_ends_while_the_gateway_is_down_is_reported_when_it_is_back(
+        world, pair, gateway, migrated, tmp_path):
+    a_h, b_h = pair
+    await skip_backlog(gateway, b_h)
+    gw = GatewayProc(migrated)
+    await gw.start()
+    release = tmp_path / "release"
+    os.mkfifo(release)
+    async with Probe(tmp_path / "p.sock") as probe:
+        env = mesh_env(gw.url, b_h.api_key, tmp_path, TEST_OUT=str(tmp_path / "out"),
+                       TEST_PROBE=str(probe.path), TEST_RELEASE=str(release))
+        d = Proc(mesh_cmd("daemon", "--exec", f"{sys.executable} {REPO / 'tests/meshd/exec_handler.py'}",
+                          "--state-dir", str(tmp_path / "state"), *FAST), env, name="daemon")
+        try:
+            await d.start()
+            await d.wait_log(SSE)
+            async with MeshClient(gateway, api_key=a_h.api_key) as sender:
+                held = await sender.send(b_h.agent_id, "wait")
+                await probe.wait_for(1, prefix="started ")  # its start is at the gateway
+                await gw.kill()
+                fd = os.open(release, os.O_WRONLY | os.O_NONBLOCK)  # the command finishes
+                os.close(fd)
+                await d.wait_log("run report kept for later")
+                after = await sender.send(b_h.agent_id, "next")  # while it is down
+                await gw.start()
+                await probe.wait_for(2, prefix="done ")
+                at_gateway = await gateway_runs(world.bob, b_h.agent_id, settled=2)
+                assert [(r["task_id"], r["outcome"], r["exit_status"]) for r in at_gateway] == [
+                    (held.task_id, "ok", 0), (after.task_id, "ok", 0)]
+                assert (await sender.get_task(held.task_id)).messages[-1].text == "re: wait"
+            d.signal(signal.SIGTERM)
+            assert await d.wait(timeout=20) == 0
+        finally:
+            print(d.log())
+            await d.stop()
+            await gw.kill()
 
 
 async def test_token_expiry_mid_stream(pair, gateway, migrated, tmp_path):

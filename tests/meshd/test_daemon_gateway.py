@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from meshd import MeshClient
-from tests.meshd.support import REPO, Probe, Proc, mesh_cmd, mesh_env, process_exit
+from meshd.run_reports import INTERRUPTED
+from tests.meshd.support import REPO, Probe, Proc, gateway_runs, mesh_cmd, mesh_env, process_exit
 
 EXEC = f"{sys.executable} {REPO / 'tests' / 'meshd' / 'exec_handler.py'}"
 FAST = ["--reconnect-initial", "0.2", "--reconnect-max", "2", "--heartbeat", "5"]
@@ -92,7 +93,7 @@ async def test_two_daemons_exchange_500_messages_in_order(pair, gateway, tmp_pat
         assert me["acked_seq"] == me["inbox_seq"] and me["status"] == "inactive"
 
 
-async def test_kill_9_mid_handler_then_restart_runs_each_event_once(pair, gateway, tmp_path):
+async def test_kill_9_mid_handler_then_restart_runs_each_event_once(world, pair, gateway, tmp_path):
     a_h, b_h = pair
     texts = ["m0", "m1", "m2", "m3", "m4", "block", "m6", "m7", "m8", "m9"]
     marker = tmp_path / "block"
@@ -130,34 +131,53 @@ async def test_kill_9_mid_handler_then_restart_runs_each_event_once(pair, gatewa
     block_seq = int(started[0].split()[1])
     assert int(got[5][0]) == block_seq
     assert probe.lines.count(f"done {block_seq}") == 1
+    # The owner sees every run: ten that ended well and the one the kill cut short,
+    # reported failed by the restarted daemon.
+    at_gateway = await gateway_runs(world.bob, b_h.agent_id, settled=11)
+    assert [(r["outcome"], r["exit_status"]) for r in at_gateway].count(("ok", 0)) == 10
+    [cut] = [r for r in at_gateway if r["outcome"] == "failed"]
+    assert cut["error"] == INTERRUPTED and cut["task_id"] == tasks[5].task_id
+    assert len(at_gateway) == 11 and len({r["run_id"] for r in at_gateway}) == 11
 
 
-async def test_failing_handler_fails_the_task_and_the_inbox_moves_on(pair, gateway, tmp_path):
+async def test_failing_handler_fails_the_task_and_the_inbox_moves_on(world, pair, gateway, tmp_path):
     a_h, b_h = pair
     out = tmp_path / "b.out"
     async with Probe(tmp_path / "p.sock") as probe:
         await skip_backlog(gateway, b_h)
         b = daemon(
             gateway, b_h, tmp_path, "B", "--exec", EXEC, "--attempts", "2",
-            "--retry-initial", "0.1", TEST_PROBE=str(probe.path), TEST_OUT=str(out),
+            "--retry-initial", "0.1", "--timeout", "2", TEST_PROBE=str(probe.path),
+            TEST_OUT=str(out),
         )  # fmt: skip
         try:
             await b.start()
             async with MeshClient(gateway, api_key=a_h.api_key) as sender:
                 bad = await sender.send(b_h.agent_id, "fail")
+                slow = await sender.send(b_h.agent_id, "hang")  # past --timeout
                 good = await sender.send(b_h.agent_id, "after")
                 await probe.wait_for(1, prefix="done ")
                 assert await stop(b) == 0  # the reply is posted before the daemon exits
                 failed = await sender.get_task(bad.task_id)
                 assert failed.state == "failed"
                 assert "no such skill" in json.dumps(failed.status_message)
+                assert (await sender.get_task(slow.task_id)).state == "failed"
                 assert (await sender.get_task(good.task_id)).messages[-1].text == "re: after"
-            assert b.count("handler failed on seq") == 1  # attempt 1 of 2 logged, then gave up
-            assert b.count("giving up") == 1
+            assert b.count("handler failed on seq") == 2  # attempt 1 of 2 logged, then gave up
+            assert b.count("giving up") == 2
         finally:
             print(b.log())
             await b.stop()
     assert [t for *_, t in lines(out)] == ["after"]
+    # Each attempt is a run at the gateway: its exit status and stderr, or the limit.
+    at_gateway = await gateway_runs(world.bob, b_h.agent_id, settled=5)
+    assert [(r["task_id"], r["outcome"], r["exit_status"], r["limit_hit"]) for r in at_gateway] == [
+        (bad.task_id, "failed", 3, None), (bad.task_id, "failed", 3, None),
+        (slow.task_id, "limit", None, "time limit"), (slow.task_id, "limit", None, "time limit"),
+        (good.task_id, "ok", 0, None)]
+    assert all("no such skill" in r["error"] for r in at_gateway[:2])
+    assert "timed out after 2s" in at_gateway[2]["error"]
+    assert all(r["duration_ms"] is not None for r in at_gateway)
 
 
 async def test_sigterm_drains_while_the_handler_finishes_then_goes_inactive(pair, gateway, tmp_path):

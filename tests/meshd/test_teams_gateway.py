@@ -104,7 +104,7 @@ async def test_agent_runtime_team_tools(world, gateway, uniq):
                                      {"agent_id": member.agent_id})).status_code == 201
     async with MeshClient(gateway, api_key=b_h.api_key) as b:
         [event] = (await b.poll_inbox(0, limit=1)).events
-        tools = {t.name: t.handler for t in build_tools(RunContext(b, b_h.agent_id, event))}
+        tools = {t.name: t.handler for t in build_tools(RunContext(b, b_h.agent_id, event, "run-1"))}
 
         async def use(name: str, **args):
             out = await tools[name](args)
