@@ -34,6 +34,7 @@ def console_routes() -> list[BaseRoute]:
         Route("/agents", views_agents.create_agent, methods=POST),
         Route("/agents/{agent_id}", views_agents.agent, methods=GET),
         Route("/agents/{agent_id}", views_agents.edit_agent, methods=POST),
+        Route("/agents/{agent_id}/runs/live", views_agents.run_live, methods=GET),
         Route("/agents/{agent_id}/delete", views_agents.confirm_delete, methods=GET),
         Route("/agents/{agent_id}/delete", views_agents.delete_agent, methods=POST),
         Route("/agents/{agent_id}/keys", views_agents.create_key, methods=POST),

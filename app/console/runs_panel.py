@@ -10,7 +10,8 @@ import asyncpg
 from markupsafe import Markup
 
 from app.console.charts import Bar, bars
-from app.responses.runs import RunOut, RunPage, Usage
+from app.console.peer_fields import RunFacts, task_runs
+from app.responses.runs import RunOut, RunPage, TaskUsage, Usage
 from app.schemas import RunOutcome
 from app.services import runs as runs_service
 from app.services.principals import Owner
@@ -22,8 +23,23 @@ OUTCOMES: tuple[str, ...] = RunOutcome.__args__  # type: ignore[attr-defined]
 
 
 @dataclass(frozen=True)
-class RunsPanel:
+class LiveRun:
+    """The agent page's live block: the run going on now, or the last one."""
     current: RunOut | None
+    last: RunOut | None
+
+
+async def live_run(pool: asyncpg.Pool, agent_id: str) -> LiveRun:
+    current = await runs_store.current(pool, agent_id)
+    if current is not None:
+        return LiveRun(current=RunOut.of(current), last=None)
+    last = await runs_store.latest(pool, agent_id)
+    return LiveRun(current=None, last=RunOut.of(last) if last else None)
+
+
+@dataclass(frozen=True)
+class RunsPanel:
+    live: LiveRun
     last_error: RunOut | None
     page: RunPage
     outcome: str
@@ -40,7 +56,7 @@ async def runs_panel(pool: asyncpg.Pool, owner: Owner, agent_id: str,
     page = await runs_service.page(pool, owner, agent_id, limit=PAGE,
                                    outcome=outcome or None, cursor=query.get("runs_cursor") or None)
     usage = await runs_service.usage(pool, owner, agent_id, CHART_DAYS)
-    current = await runs_store.current(pool, agent_id)
+    live = await live_run(pool, agent_id)
     failed = await runs_store.last_error(pool, agent_id)
     days = usage.days
     cost = bars([Bar(d.day.strftime("%b %d"), d.cost_usd,
@@ -49,7 +65,7 @@ async def runs_panel(pool: asyncpg.Pool, owner: Owner, agent_id: str,
     count = bars([Bar(d.day.strftime("%b %d"), float(d.runs),
                       f"{d.day.isoformat()}: {d.runs} runs, {d.failures} failed")
                   for d in days], caption=f"Runs per day, last {CHART_DAYS} days")
-    return RunsPanel(current=RunOut.of(current) if current else None,
+    return RunsPanel(live=live,
                      last_error=RunOut.of(failed) if failed else None, page=page,
                      outcome=outcome, usage=usage, cost_chart=cost, runs_chart=count)
 
@@ -71,3 +87,39 @@ async def spend_panel(pool: asyncpg.Pool, agent_ids: list[str]) -> SpendPanel:
                   for d in days], caption=f"Spend across your agents, last {CHART_DAYS} days",
                  unit="usd")
     return SpendPanel(today=per_agent, total_today=round(sum(today.values()), 6), chart=chart)
+
+
+@dataclass(frozen=True)
+class MessageRun:
+    """What a task page shows beside one message: the run that posted it as the
+    gateway recorded it (a run of one of the viewer's agents), else the figures
+    the sender's runtime put on the message (a peer's claim, checked for
+    plausibility only)."""
+    recorded: RunOut | None
+    reported: RunFacts | None
+
+
+@dataclass(frozen=True)
+class TaskRuns:
+    per_message: list[MessageRun]
+    recorded: list[RunOut]  # the viewer's agents' runs on the task, oldest first
+    usage: TaskUsage  # their sum
+    reported: dict[str, Any]  # what the other agents' messages claim: runs, cost_usd, turns
+
+
+async def task_runs_view(pool: asyncpg.Pool, owner: Owner, task_id: str, mine: set[str],
+                         messages: list[tuple[str, Any]]) -> TaskRuns:
+    """The runs behind each message of a task (``(sender, metadata)`` pairs) and the
+    task's totals; ``mine`` are the viewer's agent ids."""
+    recorded = [RunOut.of(r) for r in await runs_store.of_task(pool, task_id, owner.user_id)]
+    by_id = {(r.agent_id, r.run_id): r for r in recorded}
+    shown, _ = task_runs(messages)
+    per_message = []
+    for (sender, _), facts in zip(messages, shown, strict=True):
+        run_id = facts.run_id if facts is not None else None
+        found = by_id.get((sender, run_id)) if sender in mine and run_id else None
+        per_message.append(MessageRun(recorded=found, reported=None if found else facts))
+    _, others = task_runs([(s, m) for s, m in messages if s not in mine])
+    usage = TaskUsage(runs=len(recorded), turns=sum(r.turns for r in recorded),
+                      cost_usd=round(sum(r.cost_usd for r in recorded), 6))
+    return TaskRuns(per_message=per_message, recorded=recorded, usage=usage, reported=others)

@@ -9,7 +9,7 @@ from starlette.responses import Response
 
 from app.console import flash
 from app.console.owned import my_agents
-from app.console.runs_panel import runs_panel
+from app.console.runs_panel import live_run, runs_panel
 from app.console.web import ActionError, Ctx, action, back, page, validated
 from app.errors import Problem
 from app.responses import AgentOut
@@ -126,6 +126,14 @@ async def agent_page(ctx: Ctx, *, error: ActionError | None = None, status: int 
 @page
 async def agent(ctx: Ctx) -> Response:
     return await agent_page(ctx)
+
+
+@page
+async def run_live(ctx: Ctx) -> Response:
+    """The agent page's live block alone (console.js re-reads it while the page is open)."""
+    agent_id = ctx.path("agent_id")
+    await accounts.owned_agent(ctx.state.pool, ctx.owner, agent_id)  # 404 for anyone else's
+    return ctx.render("_run_live.html", live=await live_run(ctx.state.pool, agent_id))
 
 
 @action("edit-agent", agent_page)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from starlette.responses import Response
 
 from app.console.owned import human, my_agents, search_across, task_of_mine, tasks_across
-from app.console.peer_fields import task_runs
+from app.console.runs_panel import task_runs_view
 from app.console.web import ActionError, Ctx, action, back, page, validated
 from app.domain.task_states import STATES
 from app.errors import Problem
@@ -80,11 +80,14 @@ async def task_page(ctx: Ctx, *, error: ActionError | None = None, status: int =
     me = await human(ctx)
     # Read only after task_of_mine found the task ours: the history is never a way round the scope.
     history = await tasks_store.state_history(ctx.state.pool, detail.task_id)
-    # A peer's runtime wrote these: only plausible figures are shown or summed.
-    runs, cost = task_runs([(m.sender, m.metadata) for m in detail.messages])
+    # My agents' runs as the gateway recorded them; a peer's figures as its runtime
+    # wrote them (only plausible ones are shown or summed).
+    mine = {a.agent_id for a in await my_agents(ctx)}
+    runs = await task_runs_view(ctx.state.pool, ctx.owner, detail.task_id, mine,
+                                [(m.sender, m.metadata) for m in detail.messages])
     return ctx.render("task.html", status=status, error=error, nav="tasks", task=detail,
                       history=history,
-                      viewer=viewer.agent_id, runs=runs, cost=cost, context=context,
+                      viewer=viewer.agent_id, runs=runs, context=context,
                       as_human=me.agent_id in (detail.initiator, detail.serving_agent),
                       serving_human=me.agent_id == detail.serving_agent,
                       terminal=detail.state in ("completed", "failed", "canceled", "rejected"))

@@ -140,3 +140,17 @@ async def last_error(conn: Conn, agent_id: str) -> asyncpg.Record | None:
     return await conn.fetchrow(f"SELECT {RUN_COLUMNS} FROM agent_runs WHERE agent_id = $1 "
                                "AND outcome IN ('failed', 'limit') "
                                "ORDER BY started_at DESC LIMIT 1", agent_id)
+
+
+async def latest(conn: Conn, agent_id: str) -> asyncpg.Record | None:
+    """The newest run, running or ended."""
+    return await conn.fetchrow(f"SELECT {RUN_COLUMNS} FROM agent_runs WHERE agent_id = $1 "
+                               "ORDER BY started_at DESC, run_id DESC LIMIT 1", agent_id)
+
+
+async def of_task(conn: Conn, task_id: str, owner_id: int) -> list[asyncpg.Record]:
+    """The runs behind a task by the agents of one owner, oldest first."""
+    return await conn.fetch(
+        f"SELECT {RUN_COLUMNS} FROM agent_runs WHERE task_id = $1 "
+        "AND agent_id IN (SELECT agent_id FROM agents WHERE owner_id = $2) "
+        "ORDER BY started_at, run_id", task_id, owner_id)

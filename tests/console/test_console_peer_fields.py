@@ -56,8 +56,8 @@ async def test_hostile_run_facts_never_break_the_task_page(open_page, mesh, gate
             body = resp.text
             escaped = ("<script>alert" not in body and "<img src=x" not in body
                        and "<b>bold</b>" not in body)
-            # Only the sane run's figures are summed.
-            summed = "Run cost</dt><dd>$0.2500 · 2 turns" in body
+            # Only the sane run's figures are summed, as the peer's claim.
+            summed = "Peer-reported cost</dt><dd>$0.2500 · 2 turns" in body
             answers.append((resp.status_code, escaped, summed))
     failing = [(a, r) for a, r in zip(answers, HOSTILE_RUNS, strict=True) if a != (200, True, True)]
     assert failing == [], f"{len(failing)} of {len(answers)} variants: {failing}"

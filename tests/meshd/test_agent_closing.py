@@ -6,7 +6,6 @@ the model is the scripted stand-in, whose usage figures are what the CLI prices.
 
 from __future__ import annotations
 
-import asyncio
 import re
 
 from tests.meshd.agent_support import (
@@ -21,24 +20,13 @@ from tests.meshd.agent_support import (
     task_of,
     texts_by,
 )
+from tests.meshd.support import gateway_runs
 from tests.support.model_server import ModelServer, Reply, Request, use_tool
 
 
 def _closing_note(task: dict, sender: str) -> dict:  # type: ignore[type-arg]
     [note] = [m for m in task["messages"] if m["sender"] == sender and closing(m)]
     return note  # type: ignore[no-any-return]
-
-
-async def _reported_end(owner, agent_id: str) -> dict:  # type: ignore[no-untyped-def,type-arg]
-    """The agent's one run at the gateway once its end was reported (polled: the
-    report follows the run's log line)."""
-    async with asyncio.timeout(30):
-        while True:
-            runs_at_gateway = (await owner.get(f"/v1/agents/{agent_id}/runs")).json()["runs"]
-            if runs_at_gateway and runs_at_gateway[0]["outcome"] != "running":
-                [run] = runs_at_gateway
-                return run  # type: ignore[no-any-return]
-            await asyncio.sleep(0.05)
 
 
 async def test_an_auto_reply_completes_the_task(world, uniq, gateway, tmp_path):
@@ -49,7 +37,7 @@ async def test_an_auto_reply_completes_the_task(world, uniq, gateway, tmp_path):
             await started(proc)
             task = await ask(world.alice, agent.agent_id, "6*7?")
             await proc.wait_log(DONE)
-            reported = await _reported_end(world.alice, agent.agent_id)
+            [reported] = await gateway_runs(world.alice, agent.agent_id, settled=1)
         finally:
             await proc.stop()
     got = await task_of(world.alice, task["task_id"])
@@ -84,6 +72,7 @@ async def test_a_mesh_reply_completes_the_task_and_the_console_shows_the_runs_co
             await started(proc)
             task = await ask(world.alice, agent.agent_id, "What is six times seven?")
             await proc.wait_log(DONE)
+            await gateway_runs(world.alice, agent.agent_id, settled=1)  # its end report is in
         finally:
             await proc.stop()
     got = await task_of(world.alice, task["task_id"])

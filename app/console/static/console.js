@@ -186,7 +186,36 @@
     });
   }
 
-  function start() { followTask(); live(); }
+  // The agent page's current run: its block is re-read every 2 s while the page is
+  // visible (the gateway learns of a run's start and end from the agent's runtime,
+  // not from the feed). Server-rendered HTML, parsed, never built from data.
+  function followRun() {
+    var block = document.querySelector("[data-run-live]");
+    if (!block) return;
+    var url = block.getAttribute("data-run-live");
+    var busy = false, shown = null;
+    function refresh() {
+      if (busy || document.hidden) return;
+      busy = true;
+      fetch(url, { credentials: "same-origin", headers: { "X-Mesh-Live": "1" } })
+        .then(function (r) { return r.ok ? r.text() : null; })
+        .then(function (html) {
+          if (html === null || html === shown) return;
+          shown = html;
+          var doc = new DOMParser().parseFromString(html, "text/html");
+          block.replaceChildren.apply(block, Array.prototype.map.call(doc.body.childNodes, function (n) {
+            return document.importNode(n, true);
+          }));
+          document.body.dispatchEvent(new CustomEvent("mesh:run-updated"));
+        })
+        .catch(function () {})
+        .then(function () { busy = false; });
+    }
+    setInterval(refresh, 2000);
+    document.addEventListener("visibilitychange", refresh);
+  }
+
+  function start() { followTask(); followRun(); live(); }
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", start);
   else start();
 })();
