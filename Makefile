@@ -21,6 +21,10 @@ ARGS ?=
 ALLOW_NO_TESTS ?=
 # Set by test-fast; `make test` (and CI, through .ci/run) selects every test.
 MARKERS ?=
+# Two pytest workers, a file each at a time (pytest-xdist): each worker starts its
+# own services (devstack, ephemeral ports), and much of the suite waits on real
+# processes, so two halve the wall time even on two cores. WORKERS= runs serially.
+WORKERS ?= -n 2 --dist loadfile
 
 .PHONY: help install run services test test-fast test-unit lint bench soak clean
 
@@ -60,7 +64,7 @@ services: install
 	$(PY) -m devstack services
 
 test: install
-	@rc=0; $(PY) -m pytest $(MARKERS) $(ARGS) || rc=$$?; \
+	@rc=0; $(PY) -m pytest $(WORKERS) $(MARKERS) $(ARGS) || rc=$$?; \
 	if [ $$rc -eq 5 ] && [ -n "$(ALLOW_NO_TESTS)" ]; then \
 	  echo "make test: pytest collected no tests (allowed by ALLOW_NO_TESTS)"; rc=0; \
 	fi; \
