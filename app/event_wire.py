@@ -63,6 +63,18 @@ def peek(data: bytes) -> tuple[int, str] | None:
     return int(head.group(1)), kind
 
 
+_ID_HEAD = re.compile(rb'\{"seq":\d+,"event_id":"([^"\\]*)"')
+
+
+def event_id_of(data: bytes) -> str:
+    """The event id of encoded event bytes, read from their head (parsed in full
+    only for bytes encode_event did not make)."""
+    head = _ID_HEAD.match(data)
+    if head is not None:
+        return head.group(1).decode()
+    return str(json.loads(data)["event_id"])
+
+
 def encode_event(row: Mapping[str, Any]) -> bytes:
     """The inbox event's JSON (docs/api.md), fields in its order, from an inbox row."""
     payload = row["payload"]

@@ -26,9 +26,8 @@ from google.protobuf.json_format import MessageToDict
 
 from app import tracing
 from app.a2a import mapping
-from app.event_wire import WireEvent, traceparent_of
-from app.services import inbox
-from app.services.principals import Agent
+from app.event_wire import event_id_of, traceparent_of
+from app.metrics import E2E_LATENCY
 from app.store import agents as agents_store
 from app.store import inbox as inbox_store
 from app.store import push_configs as push_store
@@ -40,6 +39,8 @@ LaneKey = tuple[str, str]
 Row = asyncpg.Record
 
 TOKEN_HEADER = "X-A2A-Notification-Token"
+# Opened webhook secrets kept in memory (sealed → opened), per process.
+OPENED_KEPT = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +83,7 @@ class Channel(Protocol):
 class AgentWebhooks:
     def __init__(self, pool: asyncpg.Pool, sealer: Sealer) -> None:
         self.pool, self.sealer = pool, sealer
+        self._opened: dict[str, str] = {}
 
     async def sweep(self, limit: int) -> list[tuple[str, str, bool]]:
         rows = await webhooks_store.sweep(self.pool, limit)
@@ -101,24 +103,32 @@ class AgentWebhooks:
         return [Item(e.seq, e.data, e) for e in events]
 
     def headers(self, row: Row, item: Item) -> dict[str, str]:
-        keys = [self.sealer.open(row["secret"])]
+        keys = [self._open(row["secret"])]
         if row["previous_valid"]:
-            keys.append(self.sealer.open(row["previous_secret"]))
-        headers = signature_headers(_event_id(item.source), datetime.now(UTC), item.body, keys)
+            keys.append(self._open(row["previous_secret"]))
+        headers = signature_headers(event_id_of(item.body), datetime.now(UTC), item.body, keys)
         # The message's trace (ADR 042): the receiver's own requests can join it.
         traceparent = traceparent_of(item.body)
         if traceparent:
             headers[tracing.TRACEPARENT] = traceparent
         return headers
 
+    def _open(self, sealed: str) -> str:
+        # Opened once per sealed value, not once per POST; a new secret is a new key.
+        opened = self._opened.get(sealed)
+        if opened is None:
+            if len(self._opened) >= OPENED_KEPT:
+                self._opened.clear()
+            opened = self._opened[sealed] = self.sealer.open(sealed)
+        return opened
+
     async def delivered(self, key: str, row: Row, item: Item, owner: str,
                         lease: float) -> Row | None:
-        await inbox.record_delivery(self.pool, key, [item.source])
+        fresh = await webhooks_store.delivered(self.pool, key, owner, lease, item.seq)
+        if fresh is not None and fresh["latency"] is not None:
+            E2E_LATENCY.observe(max(fresh["latency"], 0.0))
         tracing.delivered((traceparent_of(item.body),), "webhook")
-        await inbox.ack(self.pool, Agent(key, int(row["owner_id"]), str(row["kind"])), item.seq)
-        was_down = row["breaker"] == "open" or row["status"] == "inactive"
-        fresh = await webhooks_store.succeeded(self.pool, key, owner, lease)
-        if was_down:
+        if row["breaker"] == "open" or row["status"] == "inactive":
             await agents_store.set_reachable(self.pool, key, True)
         return fresh
 
@@ -128,11 +138,6 @@ class AgentWebhooks:
     async def opened(self, key: str) -> None:
         # Unreachable by webhook: cron's heartbeat rule applies to it again.
         await agents_store.set_reachable(self.pool, key, False)
-
-
-def _event_id(event: WireEvent) -> str:
-    data: dict[str, Any] = json.loads(event.data)
-    return str(data["event_id"])
 
 
 class TaskPushes:
