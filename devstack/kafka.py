@@ -8,6 +8,7 @@ The broker's shell scripts only wrap two Java main classes, so we resolve
 from __future__ import annotations
 
 import base64
+import fcntl
 import os
 import shutil
 import subprocess
@@ -60,6 +61,15 @@ def ensure_jars(cache: Path = JARS_CACHE) -> Path:
     if not java_available():
         raise RuntimeError("Kafka needs `java` (17+) and `mvn` on PATH")
     cache.mkdir(parents=True, exist_ok=True)
+    # Several test workers may start at once: one resolves, the others wait for it.
+    with open(cache / ".resolve.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (cache / ".complete").exists():
+            return libs
+        return _resolve(cache, libs)
+
+
+def _resolve(cache: Path, libs: Path) -> Path:
     with tempfile.TemporaryDirectory() as tmp:
         pom = Path(tmp) / "pom.xml"
         pom.write_text(_POM.format(version=KAFKA_VERSION))
