@@ -48,7 +48,7 @@ def _dumps(value: Any) -> bytes:
 
 
 # The head encode_event writes: seq, event_id and type come first, in this order.
-_HEAD = re.compile(rb'\{"seq":(\d+),"event_id":"(?:[^"\\]|\\.)*","type":"((?:[^"\\]|\\.)*)"')
+_HEAD = re.compile(rb'\{"seq":(\d+),"event_id":"((?:[^"\\]|\\.)*)","type":"((?:[^"\\]|\\.)*)"')
 
 
 def peek(data: bytes) -> tuple[int, str] | None:
@@ -58,20 +58,17 @@ def peek(data: bytes) -> tuple[int, str] | None:
     head = _HEAD.match(data)
     if head is None:
         return None
-    raw_type = head.group(2)
+    raw_type = head.group(3)
     kind = json.loads(b'"' + raw_type + b'"') if b"\\" in raw_type else raw_type.decode()
     return int(head.group(1)), kind
-
-
-_ID_HEAD = re.compile(rb'\{"seq":\d+,"event_id":"([^"\\]*)"')
 
 
 def event_id_of(data: bytes) -> str:
     """The event id of encoded event bytes, read from their head (parsed in full
     only for bytes encode_event did not make)."""
-    head = _ID_HEAD.match(data)
-    if head is not None:
-        return head.group(1).decode()
+    head = _HEAD.match(data)
+    if head is not None and b"\\" not in head.group(2):
+        return head.group(2).decode()
     return str(json.loads(data)["event_id"])
 
 

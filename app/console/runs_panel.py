@@ -111,7 +111,7 @@ async def task_runs_view(pool: asyncpg.Pool, owner: Owner, task_id: str, mine: s
                          messages: list[tuple[str, Any]]) -> TaskRuns:
     """The runs behind each message of a task (``(sender, metadata)`` pairs) and the
     task's totals; ``mine`` are the viewer's agent ids."""
-    recorded = [RunOut.of(r) for r in await runs_store.of_task(pool, task_id, owner.user_id)]
+    recorded = await runs_service.task_runs(pool, task_id, owner.user_id)
     by_id = {(r.agent_id, r.run_id): r for r in recorded}
     shown, _ = task_runs(messages)
     per_message = []
@@ -120,6 +120,5 @@ async def task_runs_view(pool: asyncpg.Pool, owner: Owner, task_id: str, mine: s
         found = by_id.get((sender, run_id)) if sender in mine and run_id else None
         per_message.append(MessageRun(recorded=found, reported=None if found else facts))
     _, others = task_runs([(s, m) for s, m in messages if s not in mine])
-    usage = TaskUsage(runs=len(recorded), turns=sum(r.turns for r in recorded),
-                      cost_usd=round(sum(r.cost_usd for r in recorded), 6))
-    return TaskRuns(per_message=per_message, recorded=recorded, usage=usage, reported=others)
+    return TaskRuns(per_message=per_message, recorded=recorded,
+                    usage=runs_service.usage_of(recorded), reported=others)

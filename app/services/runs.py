@@ -45,10 +45,21 @@ async def usage(pool: asyncpg.Pool, owner: Owner, agent_id: str, days: int) -> U
                  total_runs=sum(d.runs for d in per_day))
 
 
+async def task_runs(conn: asyncpg.Pool | asyncpg.Connection, task_id: str,
+                    owner_id: int) -> list[RunOut]:
+    """The runs behind a task by one owner's agents, oldest first."""
+    return [RunOut.of(r) for r in await runs_store.of_task(conn, task_id, owner_id)]
+
+
+def usage_of(runs: list[RunOut]) -> TaskUsage:
+    """What a task's runs add up to: the task's cost for their owner."""
+    return TaskUsage(runs=len(runs), turns=sum(r.turns for r in runs),
+                     cost_usd=round(sum(r.cost_usd for r in runs), 6))
+
+
 async def task_usage(conn: asyncpg.Pool | asyncpg.Connection, task_id: str,
                      owner_id: int) -> TaskUsage:
-    row = await runs_store.task_usage(conn, task_id, owner_id)
-    return TaskUsage(runs=row["runs"], turns=row["turns"], cost_usd=round(row["cost_usd"], 6))
+    return usage_of(await task_runs(conn, task_id, owner_id))
 
 
 def _ms(value: float | None) -> int | None:

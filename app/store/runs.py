@@ -119,17 +119,6 @@ async def budget_use(conn: Conn) -> list[asyncpg.Record]:
         "WHERE a.daily_budget_usd IS NOT NULL GROUP BY a.agent_id, a.daily_budget_usd")
 
 
-async def task_usage(conn: Conn, task_id: str, owner_id: int) -> asyncpg.Record:
-    """The runs behind a task by the agents of one owner: count, turns, cost."""
-    row = await conn.fetchrow(
-        "SELECT count(*) AS runs, COALESCE(sum(r.turns), 0)::bigint AS turns, "
-        "COALESCE(sum(r.cost_usd), 0)::float8 AS cost_usd FROM agent_runs r "
-        "JOIN agents a ON a.agent_id = r.agent_id "
-        "WHERE r.task_id = $1 AND a.owner_id = $2", task_id, owner_id)
-    assert row is not None
-    return row
-
-
 async def current(conn: Conn, agent_id: str) -> asyncpg.Record | None:
     """The newest run still running, if any."""
     return await conn.fetchrow(f"SELECT {RUN_COLUMNS} FROM agent_runs WHERE agent_id = $1 "
