@@ -7,9 +7,11 @@ behind a TCP relay that can cut connections and refuse the SSE path).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -48,6 +50,23 @@ def handled_texts(tmp: Path) -> list[str]:
     assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs), "out of order or repeated"
     assert len({r[1] for r in rows}) == len(rows), "an event id was handled twice"
     return [r[3] for r in rows if r[2] == "task.created"]
+
+
+@contextlib.asynccontextmanager
+async def serving(gw: GatewayProc, d: Proc) -> AsyncIterator[Proc]:
+    """``d``, a daemon of the test's own gateway ``gw``, started and on SSE; when the
+    body ends, stopped with SIGTERM and exiting 0; whatever happens, its log printed
+    and both processes gone."""
+    try:
+        await d.start()
+        await d.wait_log(SSE)
+        yield d
+        d.signal(signal.SIGTERM)
+        assert await d.wait(timeout=20) == 0
+    finally:
+        print(d.log())
+        await d.stop()
+        await gw.kill()
 
 
 async def skip_backlog(url: str, handle) -> None:
@@ -96,35 +115,26 @@ async def test_gateway_killed_and_restarted_nothing_lost(pair, gateway, migrated
     await skip_backlog(gateway, b_h)
     gw = GatewayProc(migrated)
     await gw.start()
-    async with Probe(tmp_path / "p.sock") as probe:
-        d = record_daemon(gw.url, b_h, tmp_path, probe)
-        try:
-            await d.start()
-            await d.wait_log(SSE)
-            # messages go in through the session's gateway; the daemon's gateway is gw
-            async with MeshClient(gateway, api_key=a_h.api_key) as sender:
-                for i in range(5):
-                    await sender.send(b_h.agent_id, f"r{i}")
-                await probe.wait_for(5)
-                mark = len(d.lines)
-                await gw.kill()  # kill -9: the stream breaks mid-flight
-                await d.wait_log("SSE unavailable|gateway unreachable", after=mark)
-                for i in range(5, 15):
-                    await sender.send(b_h.agent_id, f"r{i}")  # while it is down
-                await gw.start()  # same port
-                await probe.wait_for(15)
-                await d.wait_log(SSE, after=mark)  # back on SSE
-                for i in range(15, 20):
-                    await sender.send(b_h.agent_id, f"r{i}")
-                await probe.wait_for(20)
-            modes = [line for line in d.lines[mark:] if "inbox:" in line]
-            assert SSE in modes[-1] and any("long-polling" in m or "unreachable" in m for m in modes)
-            d.signal(signal.SIGTERM)
-            assert await d.wait(timeout=20) == 0
-        finally:
-            print(d.log())
-            await d.stop()
-            await gw.kill()
+    async with Probe(tmp_path / "p.sock") as probe, \
+            serving(gw, record_daemon(gw.url, b_h, tmp_path, probe)) as d:
+        # messages go in through the session's gateway; the daemon's gateway is gw
+        async with MeshClient(gateway, api_key=a_h.api_key) as sender:
+            for i in range(5):
+                await sender.send(b_h.agent_id, f"r{i}")
+            await probe.wait_for(5)
+            mark = len(d.lines)
+            await gw.kill()  # kill -9: the stream breaks mid-flight
+            await d.wait_log("SSE unavailable|gateway unreachable", after=mark)
+            for i in range(5, 15):
+                await sender.send(b_h.agent_id, f"r{i}")  # while it is down
+            await gw.start()  # same port
+            await probe.wait_for(15)
+            await d.wait_log(SSE, after=mark)  # back on SSE
+            for i in range(15, 20):
+                await sender.send(b_h.agent_id, f"r{i}")
+            await probe.wait_for(20)
+        modes = [line for line in d.lines[mark:] if "inbox:" in line]
+        assert SSE in modes[-1] and any("long-polling" in m or "unreachable" in m for m in modes)
     assert handled_texts(tmp_path) == [f"r{i}" for i in range(20)]
 
 
@@ -139,31 +149,23 @@ async def test_a_run_that_ends_while_the_gateway_is_down_is_reported_when_it_is_
     async with Probe(tmp_path / "p.sock") as probe:
         env = mesh_env(gw.url, b_h.api_key, tmp_path, TEST_OUT=str(tmp_path / "out"),
                        TEST_PROBE=str(probe.path), TEST_RELEASE=str(release))
-        d = Proc(mesh_cmd("daemon", "--exec", f"{sys.executable} {REPO / 'tests/meshd/exec_handler.py'}",
-                          "--state-dir", str(tmp_path / "state"), *FAST), env, name="daemon")
-        try:
-            await d.start()
-            await d.wait_log(SSE)
-            async with MeshClient(gateway, api_key=a_h.api_key) as sender:
-                held = await sender.send(b_h.agent_id, "wait")
-                await probe.wait_for(1, prefix="started ")  # its start is at the gateway
-                await gw.kill()
-                fd = os.open(release, os.O_WRONLY | os.O_NONBLOCK)  # the command finishes
-                os.close(fd)
-                await d.wait_log("run report kept for later")
-                after = await sender.send(b_h.agent_id, "next")  # while it is down
-                await gw.start()
-                await probe.wait_for(2, prefix="done ")
-                at_gateway = await gateway_runs(world.bob, b_h.agent_id, settled=2)
-                assert [(r["task_id"], r["outcome"], r["exit_status"]) for r in at_gateway] == [
-                    (held.task_id, "ok", 0), (after.task_id, "ok", 0)]
-                assert (await sender.get_task(held.task_id)).messages[-1].text == "re: wait"
-            d.signal(signal.SIGTERM)
-            assert await d.wait(timeout=20) == 0
-        finally:
-            print(d.log())
-            await d.stop()
+        argv = mesh_cmd("daemon", "--exec", f"{sys.executable} {REPO / 'tests/meshd/exec_handler.py'}",
+                        "--state-dir", str(tmp_path / "state"), *FAST)
+        async with serving(gw, Proc(argv, env, name="daemon")) as d, \
+                MeshClient(gateway, api_key=a_h.api_key) as sender:
+            held = await sender.send(b_h.agent_id, "wait")
+            await probe.wait_for(1, prefix="started ")  # its start is at the gateway
             await gw.kill()
+            fd = os.open(release, os.O_WRONLY | os.O_NONBLOCK)  # the command finishes
+            os.close(fd)
+            await d.wait_log("run report kept for later")
+            after = await sender.send(b_h.agent_id, "next")  # while it is down
+            await gw.start()
+            await probe.wait_for(2, prefix="done ")
+            at_gateway = await gateway_runs(world.bob, b_h.agent_id, settled=2)
+            assert [(r["task_id"], r["outcome"], r["exit_status"]) for r in at_gateway] == [
+                (held.task_id, "ok", 0), (after.task_id, "ok", 0)]
+            assert (await sender.get_task(held.task_id)).messages[-1].text == "re: wait"
 
 
 async def test_token_expiry_mid_stream(pair, gateway, migrated, tmp_path):
@@ -171,28 +173,19 @@ async def test_token_expiry_mid_stream(pair, gateway, migrated, tmp_path):
     await skip_backlog(gateway, b_h)
     gw = GatewayProc(migrated, agent_token_ttl_seconds=3)
     await gw.start()
-    async with Probe(tmp_path / "p.sock") as probe:
-        d = record_daemon(gw.url, b_h, tmp_path, probe, "--heartbeat", "1")
-        try:
-            await d.start()
-            await d.wait_log(SSE)
-            async with MeshClient(gateway, api_key=a_h.api_key) as sender:
-                for i in range(3):
-                    await sender.send(b_h.agent_id, f"t{i}")
-                await probe.wait_for(3)
-                # two renewals: the token the stream was opened with has expired by now
-                first = await d.wait_log("token renewed")
-                await d.wait_log("token renewed", after=d.lines.index(first) + 1)
-                for i in range(3, 6):
-                    await sender.send(b_h.agent_id, f"t{i}")
-                await probe.wait_for(6)
-            async with MeshClient(gw.url, api_key=b_h.api_key) as c:
-                assert (await c.me())["status"] == "active"  # heartbeats kept going
-            assert d.count("heartbeat failed") == 0
-            d.signal(signal.SIGTERM)
-            assert await d.wait(timeout=20) == 0
-        finally:
-            print(d.log())
-            await d.stop()
-            await gw.kill()
+    async with Probe(tmp_path / "p.sock") as probe, \
+            serving(gw, record_daemon(gw.url, b_h, tmp_path, probe, "--heartbeat", "1")) as d:
+        async with MeshClient(gateway, api_key=a_h.api_key) as sender:
+            for i in range(3):
+                await sender.send(b_h.agent_id, f"t{i}")
+            await probe.wait_for(3)
+            # two renewals: the token the stream was opened with has expired by now
+            first = await d.wait_log("token renewed")
+            await d.wait_log("token renewed", after=d.lines.index(first) + 1)
+            for i in range(3, 6):
+                await sender.send(b_h.agent_id, f"t{i}")
+            await probe.wait_for(6)
+        async with MeshClient(gw.url, api_key=b_h.api_key) as c:
+            assert (await c.me())["status"] == "active"  # heartbeats kept going
+        assert d.count("heartbeat failed") == 0
     assert handled_texts(tmp_path) == [f"t{i}" for i in range(6)]
