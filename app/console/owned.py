@@ -73,12 +73,11 @@ async def search_across(ctx: Ctx, agents: list[AgentOut], text: str, *, state: s
     return TaskSlice(found, next_cursor)
 
 
-async def task_of_mine(ctx: Ctx, task_id: str) -> tuple[TaskDetail, Agent]:
-    """The task as seen by one of my agents that takes part in it (the human
-    agent first, since the console acts as it)."""
-    agents = await my_agents(ctx)
-    agents.sort(key=lambda a: a.kind != "virtual-user")
-    for agent in agents:
+async def task_of_mine(ctx: Ctx, task_id: str, agents: list[AgentOut]
+                      ) -> tuple[TaskDetail, Agent]:
+    """The task as seen by one of my agents (``agents``: all of them) that takes
+    part in it (the human agent first, since the console acts as it)."""
+    for agent in sorted(agents, key=lambda a: a.kind != "virtual-user"):
         who = as_actor(ctx, agent)
         try:
             return await tasks_service.get_task(ctx.state.pool, who, task_id), who

@@ -72,7 +72,8 @@ async def start_task(ctx: Ctx) -> Response:
 
 
 async def task_page(ctx: Ctx, *, error: ActionError | None = None, status: int = 200) -> Response:
-    detail, viewer = await task_of_mine(ctx, ctx.path("task_id"))
+    agents = await my_agents(ctx)
+    detail, viewer = await task_of_mine(ctx, ctx.path("task_id"), agents)
     try:
         context = await timeline.context_timeline(ctx.state.pool, ctx.owner, detail.context_id, 200)
     except Problem:
@@ -82,8 +83,8 @@ async def task_page(ctx: Ctx, *, error: ActionError | None = None, status: int =
     history = await tasks_store.state_history(ctx.state.pool, detail.task_id)
     # My agents' runs as the gateway recorded them; a peer's figures as its runtime
     # wrote them (only plausible ones are shown or summed).
-    mine = {a.agent_id for a in await my_agents(ctx)}
-    runs = await task_runs_view(ctx.state.pool, ctx.owner, detail.task_id, mine,
+    runs = await task_runs_view(ctx.state.pool, ctx.owner, detail.task_id,
+                                {a.agent_id for a in agents},
                                 [(m.sender, m.metadata) for m in detail.messages])
     return ctx.render("task.html", status=status, error=error, nav="tasks", task=detail,
                       history=history,
