@@ -18,9 +18,7 @@ from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, R
 from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp
 
-from app import db, health, openapi, tracing
 from app.a2a import routes as a2a_routes
-from app.after_commit import AfterCommit
 from app.api import (
     admin,
     auth,
@@ -36,10 +34,12 @@ from app.api import (
     timeline,
     webhooks,
 )
-from app.api.deps import State, state
-from app.auth_throttle import AuthThrottle
 from app.console.routes import console_routes
-from app.errors import (
+from app.delivery.after_commit import AfterCommit
+from app.delivery.inbox_hub import InboxHub
+from app.mcp import routes as mcp_routes
+from app.platform import db, tracing
+from app.platform.errors import (
     Problem,
     handle_disconnect,
     handle_http,
@@ -47,23 +47,24 @@ from app.errors import (
     handle_unexpected,
     handle_validation,
 )
-from app.health import close_bus_probes
-from app.inbox_hub import InboxHub
-from app.mcp import routes as mcp_routes
-from app.middleware import BodyLimit, EncodedSlashGuard, RequestMetrics, Traced
-from app.observability import init_sentry, setup_logging
-from app.ratelimit import RateLimiter
+from app.platform.observability import init_sentry, setup_logging
+from app.platform.settings import Settings, load_settings, refusals
+from app.platform.unavailable import UNAVAILABLE, handle_unavailable
+from app.services.auth_throttle import AuthThrottle
 from app.services.inbox import ReceiptBatcher
 from app.services.inbox_stream import Recheck
 from app.services.kdf import Kdf
 from app.services.principal_cache import PrincipalCache
 from app.services.reach_cache import ReachCache
 from app.services.task_creates import CreateBatcher
-from app.settings import Settings, load_settings, refusals
-from app.sse_response import StreamsOutside
 from app.store.events import relay_wakeup_channel
-from app.stream_slots import StreamSlots, feed_refusal
-from app.unavailable import UNAVAILABLE, handle_unavailable
+from app.web import health, openapi
+from app.web.health import close_bus_probes
+from app.web.middleware import BodyLimit, EncodedSlashGuard, RequestMetrics, Traced
+from app.web.ratelimit import RateLimiter
+from app.web.sse_response import StreamsOutside
+from app.web.state import State, state
+from app.web.stream_slots import StreamSlots, feed_refusal
 
 log = logging.getLogger("mesh.app")
 
@@ -83,7 +84,7 @@ async def readyz(request: Request) -> Response:
 async def metrics(request: Request) -> Response:
     from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-    from app import metrics_access
+    from app.web import metrics_access
 
     metrics_access.check(request, state(request).settings.metrics_token)
 

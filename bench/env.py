@@ -2,7 +2,7 @@
 a migrated database, the mesh processes, and facts about the machine.
 
 Everything is started from the project's code: ``devstack.stack.Stack`` for
-Postgres/Redis/Kafka, ``app.migrate`` for the schema and
+Postgres/Redis/Kafka, ``app.platform.migrate`` for the schema and
 ``tests.support.procs.MeshProcess`` for web/outbox/push, i.e. the exact
 Procfile commands (uvicorn single worker, outbox relay, push worker).
 """
@@ -23,8 +23,8 @@ from typing import Any
 
 import psutil
 
-from app.migrate import ensure_database, migrate
-from app.settings import Settings
+from app.platform.migrate import ensure_database, migrate
+from app.platform.settings import Settings
 from bench.counters import PG_SETTINGS, tracking_off
 from bench.cpu import LOAD_CLIENT, CpuMeter
 from devstack.process import free_port

@@ -8,7 +8,7 @@ import math
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from app.webhook_signing import Sealer
+from app.delivery.webhook_signing import Sealer
 from bench.client import Client
 from bench.cpu import Measure
 from bench.env import Env

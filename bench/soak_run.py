@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 import asyncpg
 import httpx
 
-from app.db import create_pool
-from app.settings import Settings
+from app.platform.db import create_pool
+from app.platform.settings import Settings
 from bench.soak_sample import Sampler
 from devstack.stack import Stack
 from tests.support.faults import (

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from app.settings import Settings
+from app.platform.settings import Settings
 from bench.env import Env
 from tests.support.procs import MeshProcess
 

@@ -35,7 +35,7 @@ import sentry_sdk
 from prometheus_client import Gauge
 
 from app.domain.task_states import OPEN
-from app.metrics import (
+from app.platform.metrics import (
     AGENTS_NEAR_BUDGET,
     BUDGET_USED,
     BUDGET_USED_MAX,
@@ -46,15 +46,15 @@ from app.metrics import (
     OUTBOX_PENDING,
     TASK_TIMEOUTS,
 )
+from app.platform.settings import Settings
 from app.services import broadcasts as broadcasts_service
 from app.services import tasks as tasks_service
-from app.settings import Settings
 from app.store import agents as agents_store
 from app.store import broadcasts as broadcasts_store
 from app.store import outbox as outbox_store
 from app.store import runs as runs_store
 from app.store import tasks as tasks_store
-from app.writes import writes
+from app.store.writes import writes
 
 log = logging.getLogger("mesh.cron")
 

@@ -31,11 +31,11 @@ from typing import Any
 
 import asyncpg
 
-from app.event_wire import format_timestamp
-from app.settings import Settings
+from app.domain.event_wire import format_timestamp
+from app.platform.settings import Settings
 from app.store import retention as store
 from app.store import teams as teams_store
-from app.writes import writes
+from app.store.writes import writes
 from cron.jobs import MAX_BATCHES, db_now
 
 log = logging.getLogger("mesh.cron")

@@ -18,8 +18,8 @@ from typing import Any, ClassVar
 
 from arq import cron
 
-from app import db
-from app.settings import Settings, load_settings
+from app.platform import db
+from app.platform.settings import Settings, load_settings
 from cron import jobs, retention
 from workers.process import arq_redis_settings, setup_process
 

@@ -156,7 +156,7 @@ def cmd_clean(opts: Options) -> int:
 
 
 def _ensure_database(url: str) -> None:
-    from app.migrate import ensure_database
+    from app.platform.migrate import ensure_database
 
     asyncio.run(ensure_database(url))
 

@@ -19,8 +19,8 @@ import asyncpg
 import pytest
 import redis.asyncio as aioredis
 
-from app.migrate import ensure_database, migrate
-from app.settings import Settings
+from app.platform.migrate import ensure_database, migrate
+from app.platform.settings import Settings
 from devstack.bus import KafkaPolicy, NatsPolicy
 from devstack.stack import Ports, Stack
 from tests.support import procs
@@ -81,7 +81,7 @@ async def migrated(base_settings: Settings) -> Settings:
 
 @pytest.fixture(scope="session")
 async def db(migrated: Settings) -> AsyncIterator[asyncpg.Pool]:
-    from app.db import create_pool
+    from app.platform.db import create_pool
 
     pool = await create_pool(migrated, min_size=1, max_size=10)
     yield pool
@@ -136,7 +136,7 @@ async def iso(migrated: Settings) -> Settings:
 @pytest.fixture
 async def pool(iso: Settings) -> AsyncIterator[asyncpg.Pool]:
     """A pool on the ``iso`` database."""
-    from app.db import create_pool
+    from app.platform.db import create_pool
 
     p = await create_pool(iso, min_size=1, max_size=6)
     yield p

@@ -17,8 +17,8 @@ from typing import Any
 import asyncpg
 import pytest
 
-from app.db import create_pool
-from app.settings import Settings
+from app.platform.db import create_pool
+from app.platform.settings import Settings
 from tests.api_helpers import ok, until
 from tests.support.a2a_remote import Remote
 from tests.support.isolated import isolated_settings

@@ -17,7 +17,7 @@ from a2a.utils.errors import (
 
 from app.a2a.errors import PERMISSION_DENIED_CODE, PermissionDeniedError, a2a_errors
 from app.domain.task_states import check_accepts_messages
-from app.errors import Problem, conflict, forbidden
+from app.platform.errors import Problem, conflict, forbidden
 
 
 def _raised(problem: Exception, **kw: type[A2AError]) -> A2AError:

@@ -29,8 +29,8 @@ from a2a.types.a2a_pb2 import (
 )
 from a2a.utils.errors import TaskNotFoundError
 
-from app.db import create_pool
-from app.settings import Settings
+from app.platform.db import create_pool
+from app.platform.settings import Settings
 from tests.a2a_helpers import a2a_client, text_message
 from tests.api_helpers import until
 from tests.support.isolated import isolated_settings

@@ -22,8 +22,8 @@ import pytest
 import redis.asyncio as aioredis
 from httpx_sse import aconnect_sse
 
-from app.delivery import inbox_stream_key
-from app.settings import Settings
+from app.delivery.protocol import inbox_stream_key
+from app.platform.settings import Settings
 from tests.support.isolated import wait_until
 from tests.support.meshapi import AgentHandle, MeshFactory, OwnerHandle
 from tests.support.pipeline import run_push, run_relay

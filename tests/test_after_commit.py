@@ -19,9 +19,9 @@ import asyncpg
 import pytest
 import redis.asyncio as aioredis
 
-from app import writes as writes_module
-from app.delivery import inbox_stream_key
-from app.settings import Settings
+from app.delivery.protocol import inbox_stream_key
+from app.platform.settings import Settings
+from app.store import writes as writes_module
 from cron import jobs
 from tests.support.isolated import db_now, relay_pending, started_publisher, wait_until
 from tests.support.meshapi import AgentHandle, MeshFactory, OwnerHandle
@@ -134,7 +134,7 @@ async def test_effects_run_after_the_commit_and_never_after_a_rollback(
 
 
 def test_events_are_appended_only_through_the_unit_of_work() -> None:
-    """``events_store.append`` has one caller, app.writes: a new code path cannot
+    """``events_store.append`` has one caller, app.store.writes: a new code path cannot
     write events without the after-commit wake-up."""
     from pathlib import Path
 
@@ -143,4 +143,4 @@ def test_events_are_appended_only_through_the_unit_of_work() -> None:
         str(path.relative_to(root)) for folder in ("app", "cron", "workers")
         for path in (root / folder).rglob("*.py")
         if "events_store.append(" in path.read_text() or "events.append(" in path.read_text())
-    assert callers == ["app/writes.py"]
+    assert callers == ["app/store/writes.py"]

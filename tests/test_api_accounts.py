@@ -10,8 +10,8 @@ import httpx
 import pytest
 from httpx_sse import aconnect_sse
 
-from app import security
-from app.settings import Settings
+from app.platform.settings import Settings
+from app.services import security
 from tests.api_helpers import ok, problem, text_message
 from tests.support.meshapi import AgentHandle
 from tests.support.procs import MeshProcess

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from app.settings import Settings
+from app.platform.settings import Settings
 from tests.api_helpers import ok, problem
 from tests.support.meshapi import MeshFactory, OwnerHandle
 from tests.support.servers import serve_app

@@ -15,9 +15,9 @@ import httpx
 import pytest
 import redis.asyncio as aioredis
 
-from app.errors import Problem
+from app.platform.errors import Problem
+from app.platform.settings import Settings
 from app.services.kdf import Kdf
-from app.settings import Settings
 from tests.api_helpers import problem
 from tests.support.servers import serve_app
 

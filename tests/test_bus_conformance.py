@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 import pytest
 import redis.asyncio as aioredis
 
-from app.settings import Settings
+from app.platform.settings import Settings
 from devstack.process import ServiceProcess, free_port
 from devstack.stack import Stack
 from workers.bus import (

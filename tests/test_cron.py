@@ -19,9 +19,9 @@ import redis.asyncio as aioredis
 import sentry_sdk
 from prometheus_client import REGISTRY
 
-from app import db
-from app.observability import init_sentry
-from app.settings import Settings
+from app.platform import db
+from app.platform.observability import init_sentry
+from app.platform.settings import Settings
 from cron import jobs
 from tests.support.isolated import (
     db_now,

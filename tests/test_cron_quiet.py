@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from app.settings import Settings
+from app.platform.settings import Settings
 from cron import worker
 
 

@@ -13,7 +13,7 @@ import httpx
 import pytest
 from httpx_sse import aconnect_sse
 
-from app.settings import Settings
+from app.platform.settings import Settings
 from devstack.process import free_port
 from devstack.redis import Redis as RedisServer
 from tests.support.meshapi import MeshFactory

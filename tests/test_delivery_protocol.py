@@ -1,4 +1,4 @@
-"""The push worker and the web process speak one protocol (app/delivery.py):
+"""The push worker and the web process speak one protocol (app/delivery/protocol.py):
 what push writes to Redis is what the SSE reader reads, the notice it
 publishes is what the hub parses, and no other module spells the names."""
 
@@ -11,10 +11,10 @@ from pathlib import Path
 import asyncpg
 import redis.asyncio as aioredis
 
-from app import delivery
-from app.event_wire import WireEvent, encode_event
+from app.delivery import protocol as delivery
+from app.domain.event_wire import WireEvent, encode_event
+from app.platform.settings import Settings
 from app.services.stream import InboxReader
-from app.settings import Settings
 from workers.push import Push, PushEvent
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -67,4 +67,4 @@ def test_only_the_protocol_module_spells_the_names() -> None:
                 continue
             text = path.read_text()
             offenders += [f"{path.relative_to(ROOT)}: {s}" for s in spelled if s in text]
-    assert not offenders, f"protocol names outside app/delivery.py: {offenders}"
+    assert not offenders, f"protocol names outside app/delivery/protocol.py: {offenders}"

@@ -27,13 +27,13 @@ from devstack.supervise import Supervisor
 def test_procfile_release_apart_and_the_rest_in_file_order() -> None:
     spec = procfile.parse(
         "# the mesh\n"
-        "release: python -m app.migrate\n"
+        "release: python -m app.platform.migrate\n"
         "web: uvicorn app.main:create_app --port ${PORT:-8080}\n"
         "\n"
         "push:   python -m workers.push  \n"
         "not a process line\n"
     )
-    assert spec.release == "python -m app.migrate"
+    assert spec.release == "python -m app.platform.migrate"
     assert spec.processes == [("web", "uvicorn app.main:create_app --port ${PORT:-8080}"),
                               ("push", "python -m workers.push")]
     assert spec.names == ["web", "push"]

@@ -18,9 +18,9 @@ import httpx
 import pytest
 import redis.asyncio as aioredis
 
-from app import db as app_db
-from app import delivery
-from app.settings import Settings
+from app.delivery import protocol as delivery
+from app.platform import db as app_db
+from app.platform.settings import Settings
 from meshd.client import MeshClient
 from tests.support.meshapi import AgentHandle, MeshFactory
 from tests.support.pipeline import run_pipeline

@@ -18,7 +18,7 @@ import contextlib
 import httpx
 import pytest
 
-from app.settings import Settings
+from app.platform.settings import Settings
 from devstack.stack import Stack
 from tests.support.faults import (
     Fault,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.settings import Settings
+from app.platform.settings import Settings
 from devstack.stack import Stack
 from tests.support.faults import Procs, Topology, stop_postgres
 from tests.support.isolated import wait_until

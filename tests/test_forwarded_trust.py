@@ -13,7 +13,7 @@ import httpx
 import pytest
 import redis.asyncio as aioredis
 
-from app.settings import Settings
+from app.platform.settings import Settings
 from tests.support.servers import serve_app
 
 TF = Path(__file__).resolve().parents[1] / "deploy" / "terraform"

@@ -25,9 +25,9 @@ import pytest
 import redis.asyncio as aioredis
 from httpx_sse import aconnect_sse
 
-from app import db
-from app.delivery import inbox_stream_key
-from app.settings import Settings
+from app.delivery.protocol import inbox_stream_key
+from app.platform import db
+from app.platform.settings import Settings
 from tests.support.isolated import isolated_settings, outbox_counts, wait_until
 from tests.support.meshapi import AgentHandle, MeshFactory
 from tests.support.procs import MeshProcess

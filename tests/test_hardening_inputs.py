@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
-from app.settings import Settings
+from app.platform.settings import Settings
 from tests.api_helpers import problem
 from tests.support.meshapi import MeshFactory
 from tests.support.servers import serve_app

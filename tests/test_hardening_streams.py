@@ -11,7 +11,7 @@ import logging
 import httpx
 import pytest
 
-from app.settings import Settings
+from app.platform.settings import Settings
 from tests.api_helpers import problem, until
 from tests.support.meshapi import AgentHandle, MeshFactory
 from tests.support.servers import serve_app

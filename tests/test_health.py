@@ -1,4 +1,4 @@
-"""/readyz dependency checks against real services (app/health.py)."""
+"""/readyz dependency checks against real services (app/web/health.py)."""
 
 from __future__ import annotations
 
@@ -11,14 +11,14 @@ import httpx
 import pytest
 import redis.asyncio as aioredis
 
-from app.health import (
+from app.platform.settings import Settings
+from app.web.health import (
     check_bus,
     check_postgres,
     check_redis,
     close_bus_probes,
     readiness,
 )
-from app.settings import Settings
 from devstack.process import free_port
 from devstack.stack import Stack
 

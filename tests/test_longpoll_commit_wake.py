@@ -16,12 +16,12 @@ import httpx
 import pytest
 import redis.asyncio as aioredis
 
-from app.after_commit import AfterCommit
-from app.db import create_pool
-from app.delivery import NOTIFY_CHANNEL, commit_notice, event_notice
-from app.inbox_hub import LONG_POLL, STREAM, InboxHub
-from app.settings import Settings
-from app.writes import NewEvent, writes
+from app.delivery.after_commit import AfterCommit
+from app.delivery.inbox_hub import LONG_POLL, STREAM, InboxHub
+from app.delivery.protocol import NOTIFY_CHANNEL, commit_notice, event_notice
+from app.platform.db import create_pool
+from app.platform.settings import Settings
+from app.store.writes import NewEvent, writes
 from devstack.process import free_port
 from tests.support.meshapi import MeshFactory
 from tests.support.procs import MeshProcess

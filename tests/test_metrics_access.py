@@ -11,7 +11,7 @@ import httpx
 import pytest
 from prometheus_client import REGISTRY
 
-from app.settings import Settings
+from app.platform.settings import Settings
 from cron import jobs
 from tests.api_helpers import problem
 from tests.support.meshapi import MeshFactory

@@ -15,7 +15,7 @@ import pytest
 import yaml
 from prometheus_client import REGISTRY
 
-import app.metrics  # noqa: F401 - registers the metrics
+import app.platform.metrics  # noqa: F401 - registers the metrics
 
 DEPLOY = Path(__file__).resolve().parents[1] / "deploy"
 RULES = DEPLOY / "prometheus" / "alerts.yml"

@@ -1,4 +1,4 @@
-"""Sentry scrubbing and logging set-up (app/observability.py).
+"""Sentry scrubbing and logging set-up (app/platform/observability.py).
 
 The Sentry tests send to a real HTTP server started here, so what is asserted is
 what would have left the process.
@@ -19,8 +19,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from app.observability import RedactingFilter, init_sentry, scrub_event, scrub_text, setup_logging
-from app.settings import Settings
+from app.platform.observability import RedactingFilter, init_sentry, scrub_event, scrub_text, setup_logging
+from app.platform.settings import Settings
 from tests.support.sentry_sink import SentrySink, sentry_sink
 
 API_KEY = "mk_3fA9xQ2LrT7vW1yZ8bC4dE6gH0jK5mN"

@@ -9,9 +9,9 @@ import re
 
 from starlette.routing import Route
 
-from app import openapi
-from app.ids import ID_PATTERN
+from app.domain.ids import ID_PATTERN
 from app.main import api_routes
+from app.web import openapi
 
 READS = re.compile(r"""(?:int_query|float_query)\(request,\s*"(\w+)"|q\.get\("(\w+)"\)"""
                    r"""|headers\.get\("([\w-]+)"\)""")

@@ -9,9 +9,9 @@ from pathlib import Path
 from prometheus_client.metrics import MetricWrapperBase
 from starlette.routing import Route
 
-from app import metrics
 from app.main import api_routes
-from app.settings import Settings
+from app.platform import metrics
+from app.platform.settings import Settings
 from cron.worker import WorkerSettings
 
 REPO = Path(__file__).resolve().parents[1]

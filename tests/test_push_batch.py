@@ -11,9 +11,9 @@ from datetime import UTC, datetime
 import pytest
 import redis.asyncio as aioredis
 
-from app import delivery
-from app.event_wire import encode_event, peek
-from app.settings import Settings
+from app.delivery import protocol as delivery
+from app.domain.event_wire import encode_event, peek
+from app.platform.settings import Settings
 from workers import push as push_worker
 from workers.bus import Delivery
 from workers.bus_redis import stream_key

@@ -1,4 +1,4 @@
-"""The per-agent token bucket against a real Redis (app/ratelimit.py)."""
+"""The per-agent token bucket against a real Redis (app/web/ratelimit.py)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ import pytest
 import redis.asyncio as aioredis
 from prometheus_client import REGISTRY
 
-from app.errors import Problem
-from app.ratelimit import (
+from app.platform.errors import Problem
+from app.platform.settings import Settings
+from app.web.ratelimit import (
     KEY_PREFIX,
     TOKEN_BUCKET_LUA,
     Decision,
@@ -23,7 +24,6 @@ from app.ratelimit import (
     route_key,
     too_many_requests,
 )
-from app.settings import Settings
 from devstack.process import free_port
 
 TASKS_ROUTE = "POST /v1/mesh/tasks"
@@ -163,13 +163,13 @@ async def test_fails_open_when_redis_is_unreachable(
     try:
         limiter = RateLimiter(dead, limited(base_settings))
         before = rejected_total()
-        with caplog.at_level(logging.WARNING, logger="app.ratelimit"):
+        with caplog.at_level(logging.WARNING, logger="app.web.ratelimit"):
             decisions = [await limiter.hit(f"open-{uniq}@t", "GET /v1/mesh/me")
                          for _ in range(3)]
         assert all(d.allowed and d.fail_open for d in decisions)
         assert rejected_total() == before
         # Logged once, not once per request.
-        assert len([r for r in caplog.records if r.name == "app.ratelimit"]) == 1
+        assert len([r for r in caplog.records if r.name == "app.web.ratelimit"]) == 1
     finally:
         await dead.aclose()
 

@@ -13,7 +13,7 @@ import httpx
 import redis.asyncio as aioredis
 from prometheus_client.parser import text_string_to_metric_families
 
-from app.settings import Settings
+from app.platform.settings import Settings
 from tests.support.meshapi import MeshFactory
 from tests.support.procs import MeshProcess
 

@@ -16,7 +16,7 @@ import httpx
 import pytest
 from httpx_sse import aconnect_sse
 
-from app.settings import Settings
+from app.platform.settings import Settings
 from tests.support.meshapi import AgentHandle, MeshFactory
 from tests.support.procs import MeshProcess
 

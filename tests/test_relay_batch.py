@@ -12,8 +12,8 @@ import pytest
 from aiokafka import AIOKafkaConsumer
 from aiokafka.partitioner import DefaultPartitioner
 
-from app.db import create_pool
-from app.settings import Settings
+from app.platform.db import create_pool
+from app.platform.settings import Settings
 from app.store import outbox as outbox_store
 from devstack.process import free_port
 from devstack.redis import Redis as RedisServer

@@ -15,9 +15,9 @@ import asyncpg
 import redis.asyncio as aioredis
 from prometheus_client import REGISTRY
 
-from app.after_commit import AfterCommit
-from app.db import create_pool
-from app.settings import Settings
+from app.delivery.after_commit import AfterCommit
+from app.platform.db import create_pool
+from app.platform.settings import Settings
 from app.store.events import WAKEUP_CHANNEL, relay_wakeup_channel
 from devstack.process import free_port
 from tests.support.isolated import isolated_settings, outbox_counts, wait_until

@@ -1,4 +1,4 @@
-"""app/retry.py in-process: the one backoff schedule, its reset and stop, and the
+"""app/platform/retry.py in-process: the one backoff schedule, its reset and stop, and the
 ``agent_mesh_reconnects_total{component}`` counter. No services, no real sleeps:
 the sleep is injected and records the delays it was asked for."""
 
@@ -11,7 +11,7 @@ import uuid
 import pytest
 from prometheus_client import REGISTRY
 
-from app.retry import DEFAULT, Backoff, Schedule, retry
+from app.platform.retry import DEFAULT, Backoff, Schedule, retry
 
 
 class Sleeps:

@@ -19,8 +19,8 @@ import pytest
 import redis.asyncio as aioredis
 from prometheus_client import REGISTRY
 
-from app.delivery import inbox_stream_key
-from app.settings import Settings
+from app.delivery.protocol import inbox_stream_key
+from app.platform.settings import Settings
 from devstack.process import free_port
 from tests.support.isolated import wait_until
 from tests.support.meshapi import MeshFactory

@@ -25,7 +25,7 @@ from schemathesis.checks import (
 )
 from schemathesis.generation import GenerationMode
 
-from app.settings import Settings
+from app.platform.settings import Settings
 from tests.support.procs import MeshProcess
 
 CASES_PER_OPERATION = 15  # × 2 modes × ~40 operations: about 1,200 requests

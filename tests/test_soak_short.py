@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.settings import Settings
+from app.platform.settings import Settings
 from bench.soak_report import render, verdict
 from bench.soak_run import SoakPlan, faults, run_soak, soak_settings
 from devstack.stack import Stack

@@ -1,4 +1,4 @@
-"""The lean SSE response (app.sse_response) on a real uvicorn gateway: the
+"""The lean SSE response (app.web.sse_response) on a real uvicorn gateway: the
 stream's one coroutine learns of a disconnect at once, HEAD holds no stream,
 keep-alives and headers are the wire they were, and the per-process Postgres
 re-check brings an event that no notice announced."""
@@ -13,13 +13,13 @@ from collections.abc import AsyncIterator, Callable
 import asyncpg
 import redis.asyncio as aioredis
 
-from app.event_wire import WireEvent
-from app.inbox_hub import InboxHub
+from app.delivery.inbox_hub import InboxHub
+from app.domain.event_wire import WireEvent
+from app.platform.settings import Settings
 from app.services.inbox_stream import InboxStream
 from app.services.principals import Agent
-from app.settings import Settings
-from app.sse_response import SHUTDOWN
 from app.store import inbox as inbox_store
+from app.web.sse_response import SHUTDOWN
 from tests.support.meshapi import MeshFactory
 from tests.support.servers import serve_app
 
@@ -107,7 +107,7 @@ async def test_an_open_stream_holds_no_frame_of_the_middleware_stack(
             [frames] = open_streams()
             held = [f for f in frames if any(part in f for part in (
                 "starlette/middleware/", "starlette/routing.py", "starlette/_exception_handler",
-                "app/middleware.py"))]
+                "app/web/middleware.py"))]
             assert not held, frames
             assert await counted() == before + 1  # counted as it started, not at its end
 

@@ -14,13 +14,13 @@ import asyncpg
 import pytest
 from prometheus_client import REGISTRY
 
-from app.errors import Problem
+from app.domain.schemas import TaskCreate
+from app.platform.errors import Problem
+from app.platform.settings import Settings
 from app.responses import TaskWithMessage
-from app.schemas import TaskCreate
 from app.services import accounts
 from app.services import tasks as tasks_service
 from app.services.task_creates import CreateBatcher
-from app.settings import Settings
 from tests.support.meshapi import MeshFactory
 
 

@@ -9,12 +9,12 @@ from __future__ import annotations
 import asyncpg
 import pytest
 
-from app.errors import Problem
-from app.schemas import TaskCreate
+from app.domain.schemas import TaskCreate
+from app.platform.errors import Problem
+from app.platform.settings import Settings
 from app.services import accounts
 from app.services import tasks as tasks_service
 from app.services.reach_cache import ReachCache
-from app.settings import Settings
 from tests.support.meshapi import MeshFactory
 
 
@@ -130,7 +130,7 @@ async def test_a_message_racing_a_close_is_refused_and_writes_nothing(
     row, no seq and no outbox row written."""
     import asyncio
 
-    from app.schemas import MessageIn
+    from app.domain.schemas import MessageIn
 
     a, b = await mesh.pair()
     me = await accounts.resolve(db, migrated, a.token)
@@ -157,7 +157,7 @@ async def test_a_message_racing_a_close_is_refused_and_writes_nothing(
 
 async def test_a_message_records_its_seq_and_moves_the_task(
         mesh: MeshFactory, migrated: Settings, db: asyncpg.Pool) -> None:
-    from app.schemas import MessageIn
+    from app.domain.schemas import MessageIn
 
     a, b = await mesh.pair()
     me = await accounts.resolve(db, migrated, a.token)

@@ -15,7 +15,7 @@ import asyncpg
 import pytest
 from prometheus_client import REGISTRY
 
-from app.settings import Settings
+from app.platform.settings import Settings
 from cron import jobs
 from tests.api_helpers import move, ok, problem, text_message
 from tests.support.isolated import db_now, wait_until

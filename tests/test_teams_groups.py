@@ -14,10 +14,10 @@ import asyncpg
 import httpx
 from httpx_sse import aconnect_sse
 
-from app.schemas import GroupMessageIn
+from app.domain.schemas import GroupMessageIn
+from app.platform.settings import Settings
 from app.services import group_messages
 from app.services.principals import Agent
-from app.settings import Settings
 from tests.api_helpers import ok, problem, text_message
 from tests.support.meshapi import AgentHandle, MeshFactory, OwnerHandle
 

@@ -17,7 +17,7 @@ import httpx
 import pytest
 from httpx_sse import aconnect_sse
 
-from app.settings import Settings
+from app.platform.settings import Settings
 from cron.retention import apply_retention
 from tests.api_helpers import move, ok, text_message
 from tests.support.isolated import db_now

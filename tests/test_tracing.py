@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from app import tracing
-from app.event_wire import encode_event
-from app.settings import Settings
+from app.domain.event_wire import encode_event
+from app.platform import tracing
+from app.platform.settings import Settings
 from devstack.jaeger import Jaeger, binary_path
 from devstack.process import free_port
 from tests.api_helpers import ok, text_message

@@ -19,8 +19,8 @@ import httpx
 import pytest
 import redis.asyncio as aioredis
 
-from app.delivery import CACHE_EPOCH_KEY, NOTIFY_CHANNEL
-from app.settings import Settings
+from app.delivery.protocol import CACHE_EPOCH_KEY, NOTIFY_CHANNEL
+from app.platform.settings import Settings
 from tests.api_helpers import ok, problem
 from tests.support.meshapi import AgentHandle, MeshFactory
 from tests.support.procs import MeshProcess

@@ -9,24 +9,24 @@ from collections.abc import AsyncIterator, Collection
 import asyncpg
 import pytest
 
-from app.db import create_pool
-from app.schemas import MessageIn, TaskCreate
+from app.domain.schemas import MessageIn, TaskCreate
+from app.platform.db import create_pool
+from app.platform.settings import Settings
 from app.services import accounts
 from app.services import tasks as tasks_service
 from app.services.principal_cache import PrincipalCache
 from app.services.reach_cache import ReachCache
-from app.settings import Settings
 from tests.support.meshapi import MeshFactory
 
 
 class Woken:
-    """The web process's after-commit signal (app.after_commit) stands here: its
+    """The web process's after-commit signal (app.delivery.after_commit) stands here: its
     NOTIFYs are a few per burst, not one per send, and not on the send's path."""
 
     def __init__(self) -> None:
         self.times = 0
 
-    def wake(self, recipients: Collection[str] = ()) -> None:  # app.writes.Wakeup
+    def wake(self, recipients: Collection[str] = ()) -> None:  # app.store.writes.Wakeup
         self.times += 1
 
 

@@ -20,9 +20,9 @@ import asyncpg
 import pytest
 from standardwebhooks import Webhook
 
-from app.db import create_pool
-from app.metrics import WEBHOOK_FAILURES
-from app.settings import Settings
+from app.platform.db import create_pool
+from app.platform.metrics import WEBHOOK_FAILURES
+from app.platform.settings import Settings
 from tests.api_helpers import ok, until
 from tests.support.isolated import isolated_settings
 from tests.support.meshapi import AgentHandle, MeshFactory, OwnerHandle

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.webhook_signing import SECRET_PREFIX
+from app.delivery.webhook_signing import SECRET_PREFIX
 from tests.api_helpers import ok, problem
 
 # A public address literal: registration checks it without a DNS lookup.

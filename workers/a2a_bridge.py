@@ -55,20 +55,20 @@ from a2a.types.a2a_pb2 import (
 from a2a.utils.errors import A2AError
 from google.protobuf.json_format import ParseDict
 
-from app import guarded_http
-from app.a2a import mapping, remote_card
+from app.a2a import mapping
 from app.a2a.writeback import WriteBack
-from app.after_commit import AfterCommit
-from app.event_wire import WireEvent
-from app.metrics import A2A_FORWARDED, A2A_UNREACHABLE
-from app.retry import Schedule
-from app.services import a2a_remotes
+from app.delivery.after_commit import AfterCommit
+from app.domain.event_wire import WireEvent
+from app.platform import guarded_http
+from app.platform.metrics import A2A_FORWARDED, A2A_UNREACHABLE
+from app.platform.retry import Schedule
+from app.platform.settings import Settings
+from app.platform.webhook_target import TargetRefused
+from app.services import a2a_remotes, remote_card
 from app.services.principals import Agent
-from app.settings import Settings
 from app.store import a2a_remotes as store
 from app.store import agents as agents_store
 from app.store import inbox as inbox_store
-from app.webhook_target import TargetRefused
 from workers import runtime
 from workers.lanes import LaneWorker
 

@@ -39,10 +39,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from app.settings import Settings
+    from app.platform.settings import Settings
 
 
-# The record header that carries a message's trace (app.tracing.TRACEPARENT).
+# The record header that carries a message's trace (app.platform.tracing.TRACEPARENT).
 TRACE_HEADER = "traceparent"
 
 

@@ -3,7 +3,7 @@ that knows all three, so the contract (:mod:`workers.bus`) imports none of them.
 
 from __future__ import annotations
 
-from app.settings import Settings
+from app.platform.settings import Settings
 from workers.bus import BusOptions, Publisher, Subscriber
 from workers.bus_kafka import KafkaPublisher, KafkaSubscriber
 from workers.bus_nats import NatsPublisher, NatsSubscriber

@@ -40,7 +40,7 @@ from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, StorageType, StreamConfig
 from nats.js.errors import APIError, NoStreamResponseError, NotFoundError
 
-from app.metrics import DEDUP_HITS, NATS_REDELIVERIES, RECONNECTS
+from app.platform.metrics import DEDUP_HITS, NATS_REDELIVERIES, RECONNECTS
 from workers.bus import (
     TRACE_HEADER,
     BusOptions,

@@ -6,7 +6,7 @@ kept here once: each agent has its own task (a lane), so a slow or dead remote
 delays only its own agent; a lane holds the agent's lease
 (app.store.leases.AgentLeases), so several processes never serve one agent at
 the same time; lanes start on the commit and event notices every web process
-and push worker publish already (app.delivery), on a registration's notice,
+and push worker publish already (app.delivery.protocol), on a registration's notice,
 and on a periodic sweep, the safety net for notices lost while Redis was away
 or sent to another process. A subclass says what one lane does with the lease
 in hand (:meth:`LaneWorker.serve`).
@@ -20,10 +20,10 @@ import logging
 
 import asyncpg
 
-from app import delivery
-from app.redis_follow import follow
-from app.retry import Backoff, Schedule
-from app.settings import Settings
+from app.delivery import protocol as delivery
+from app.delivery.redis_follow import follow
+from app.platform.retry import Backoff, Schedule
+from app.platform.settings import Settings
 from app.store.leases import AgentLeases
 from workers import runtime
 

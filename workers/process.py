@@ -12,7 +12,7 @@ from redis.backoff import ExponentialBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from app.settings import Settings
+from app.platform.settings import Settings
 
 log = logging.getLogger("mesh.worker")
 
@@ -21,13 +21,13 @@ _started_metrics: set[int] = set()
 
 def setup_process(settings: Settings, process: str) -> None:
     try:
-        from app.observability import init_sentry, setup_logging
+        from app.platform.observability import init_sentry, setup_logging
 
         setup_logging(settings)
         init_sentry(settings, process)
     except ImportError:  # observability not installed in a trimmed deployment
         logging.basicConfig(level=settings.log_level)
-    from app import tracing
+    from app.platform import tracing
 
     tracing.setup(process)  # only with OTEL_EXPORTER_OTLP_ENDPOINT set (ADR 042)
     if settings.metrics_port and settings.metrics_port not in _started_metrics:

@@ -23,10 +23,12 @@ from dataclasses import dataclass
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
-from app import delivery, event_wire, tracing
-from app.metrics import DEDUP_HITS, PUSH_WRITTEN
-from app.retry import Backoff, retry
-from app.settings import Settings
+from app.delivery import protocol as delivery
+from app.domain import event_wire
+from app.platform import tracing
+from app.platform.metrics import DEDUP_HITS, PUSH_WRITTEN
+from app.platform.retry import Backoff, retry
+from app.platform.settings import Settings
 from workers import runtime
 from workers.bus import Delivery, Subscriber
 
@@ -48,7 +50,7 @@ class PushEvent:
     agent_id: str
     seq: int
     type: str
-    # The record's bytes, written to the stream as they came (app.event_wire made them).
+    # The record's bytes, written to the stream as they came (app.domain.event_wire made them).
     raw: bytes
 
 

@@ -30,11 +30,11 @@ from dataclasses import dataclass
 
 import asyncpg
 
-from app import db, tracing
-from app.metrics import DEAD_LETTERS, OUTBOX_DISPATCH, OUTBOX_PENDING, RELAY_BATCHES
-from app.redis_follow import follow
-from app.retry import Backoff, Schedule
-from app.settings import Settings
+from app.delivery.redis_follow import follow
+from app.platform import db, tracing
+from app.platform.metrics import DEAD_LETTERS, OUTBOX_DISPATCH, OUTBOX_PENDING, RELAY_BATCHES
+from app.platform.retry import Backoff, Schedule
+from app.platform.settings import Settings
 from app.store import outbox as outbox_store
 from app.store.events import WAKEUP_CHANNEL, relay_wakeup_channel
 from workers import runtime

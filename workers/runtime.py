@@ -33,9 +33,9 @@ from typing import Protocol, TypeVar
 import asyncpg
 import redis.asyncio as aioredis
 
-from app import db, tracing
-from app.retry import Backoff, retry
-from app.settings import Settings, load_settings
+from app.platform import db, tracing
+from app.platform.retry import Backoff, retry
+from app.platform.settings import Settings, load_settings
 from workers.bus import (
     BusOptions,
     BusStartError,

@@ -1,10 +1,10 @@
 """Webhook delivery: each webhook agent's inbox POSTed in seq order (ADR 035).
 
 Postgres is the source: an agent's events are read after its acked cursor and
-POSTed one at a time, each signed per Standard Webhooks (app.webhook_signing);
+POSTed one at a time, each signed per Standard Webhooks (app.delivery.webhook_signing);
 a 2xx within ``MESH_WEBHOOK_TIMEOUT_SECONDS`` acks it through the same ack
 service as ``POST /v1/mesh/inbox/ack``, anything else is retried with backoff
-and jitter (app.retry) while that agent's later events wait. After
+and jitter (app.platform.retry) while that agent's later events wait. After
 ``MESH_WEBHOOK_BREAKER_FAILURES`` failures in a row the agent's breaker opens:
 no calls until a half-open probe after a cool-down that doubles with each
 failed probe. Nothing is dropped: unacked events stay in the inbox for SSE,
@@ -15,7 +15,7 @@ own agent; at most ``MESH_WEBHOOK_CONCURRENCY`` POSTs are in flight at once. A
 lane holds a lease on the agent's ``agent_webhooks`` row, so several webhook
 processes never deliver one agent at the same time. Lanes start on the commit
 and event notices every web process and push worker publish already
-(app.delivery), on a registration's notice, and on a periodic sweep, the
+(app.delivery.protocol), on a registration's notice, and on a periodic sweep, the
 safety net for notices lost while Redis was away or sent to another process.
 
 The same loop delivers A2A push-notification configs (ADR 039): a config is
@@ -35,14 +35,14 @@ import logging
 import asyncpg
 import httpx
 
-from app import delivery
-from app.metrics import WEBHOOK_BREAKERS_OPEN
-from app.redis_follow import follow
-from app.retry import Backoff, Schedule
-from app.settings import Settings
+from app.delivery import protocol as delivery
+from app.delivery.redis_follow import follow
+from app.delivery.webhook_signing import Sealer
+from app.platform.metrics import WEBHOOK_BREAKERS_OPEN
+from app.platform.retry import Backoff, Schedule
+from app.platform.settings import Settings
 from app.store import push_configs as push_store
 from app.store import webhooks as webhooks_store
-from app.webhook_signing import Sealer
 from workers import runtime
 from workers.webhook_channels import AgentWebhooks, Channel, Item, LaneKey, TaskPushes
 from workers.webhook_post import Outcome, Poster

@@ -24,15 +24,15 @@ import asyncpg
 from a2a.utils.proto_utils import to_stream_response
 from google.protobuf.json_format import MessageToDict
 
-from app import tracing
 from app.a2a import mapping
-from app.event_wire import event_id_of, traceparent_of
-from app.metrics import E2E_LATENCY
+from app.delivery.webhook_signing import Sealer, signature_headers
+from app.domain.event_wire import event_id_of, traceparent_of
+from app.platform import tracing
+from app.platform.metrics import E2E_LATENCY
 from app.store import agents as agents_store
 from app.store import inbox as inbox_store
 from app.store import push_configs as push_store
 from app.store import webhooks as webhooks_store
-from app.webhook_signing import Sealer, signature_headers
 
 # (channel kind, key): ("webhook", agent_id) or ("push", str(push_id)).
 LaneKey = tuple[str, str]

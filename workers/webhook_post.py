@@ -1,7 +1,7 @@
 """One webhook POST, the safe way (ADR 035).
 
 The URL's host is resolved at every attempt and every address is checked by
-app.webhook_target's rule; the request then goes to the first checked address
+app.platform.webhook_target's rule; the request then goes to the first checked address
 itself (with the original ``Host`` and, for https, the original name as SNI and
 for certificate verification), so a DNS answer that changes after the check
 cannot aim the request elsewhere. Redirects are not followed, proxies from the
@@ -19,9 +19,9 @@ from typing import Literal
 
 import httpx
 
-from app.metrics import WEBHOOK_ATTEMPTS, WEBHOOK_FAILURES, WEBHOOK_LATENCY
-from app.settings import Settings
-from app.webhook_target import TargetRefused, checked_addresses, literal, parse
+from app.platform.metrics import WEBHOOK_ATTEMPTS, WEBHOOK_FAILURES, WEBHOOK_LATENCY
+from app.platform.settings import Settings
+from app.platform.webhook_target import TargetRefused, checked_addresses, literal, parse
 
 Reason = Literal["ok", "status", "timeout", "connect", "refused"]
 USER_AGENT = "agent-mesh-webhooks/1"

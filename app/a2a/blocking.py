@@ -3,7 +3,7 @@
 The wait is the caller's inbox, read from Postgres: every state the serving
 agent sets, and every message it sends, is an event there, committed under
 the caller's counter-row lock. The waiter is a long-poll waiter of the hub
-(app.inbox_hub), so the commit notice of the write that settles the task
+(app.delivery.inbox_hub), so the commit notice of the write that settles the task
 wakes it — nothing polls; a quiet interval re-reads only in case a notice was
 lost.
 
@@ -25,12 +25,12 @@ from typing import TYPE_CHECKING, Any
 
 from app.a2a import mapping
 from app.a2a.follow import TaskReader
-from app.inbox_hub import LONG_POLL
+from app.delivery.inbox_hub import LONG_POLL
 from app.services import accounts
 from app.store import inbox as inbox_store
 
 if TYPE_CHECKING:
-    from app.a2a.handler import MeshCall
+    from app.a2a.call import MeshCall
 
 # States a caller waits for: the task is done, or it needs the caller.
 INTERRUPTED = frozenset({"input-required", "auth-required"})

@@ -24,7 +24,7 @@ from a2a.utils.errors import (
 from pydantic import ValidationError
 
 from app.domain.task_states import is_terminal
-from app.errors import Problem, validation_problem
+from app.platform.errors import Problem, validation_problem
 
 # In JSON-RPC's implementation-defined server-error range, clear of A2A's
 # -32001…-32009.

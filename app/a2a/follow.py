@@ -18,12 +18,12 @@ from typing import TYPE_CHECKING, Any
 from a2a.server.events.event_queue import Event
 
 from app.a2a import mapping
-from app.metrics import A2A_STREAMS
+from app.platform.metrics import A2A_STREAMS
 from app.services import accounts
 from app.store import inbox as inbox_store
 
 if TYPE_CHECKING:
-    from app.a2a.handler import MeshCall
+    from app.a2a.call import MeshCall
 
 BATCH = 200
 TaskReader = Callable[["MeshCall", str], Awaitable[dict[str, Any]]]

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import AsyncGenerator
-from dataclasses import dataclass
 from typing import Any
 
 from a2a.server.context import ServerCallContext
@@ -47,33 +46,17 @@ from a2a.utils.errors import (
 )
 from a2a.utils.task import validate_page_size
 
-from app.a2a import blocking, card, mapping, push
+from app.a2a import blocking, call, card, mapping, push
+from app.a2a.call import MeshCall
 from app.a2a.errors import a2a_errors
 from app.a2a.follow import follow
-from app.api.deps import State, check_storable
-from app.schemas import MessageIn, StatusChange, TaskCreate
+from app.domain.schemas import MessageIn, StatusChange, TaskCreate
 from app.services import tasks
-from app.services.principals import Agent
 from app.store import agents as agents_store
 from app.store import inbox as inbox_store
+from app.web.inputs import check_storable
 
-CALL_KEY = "agent-mesh.call"
 DEFAULT_PAGE = 50
-
-
-@dataclass(frozen=True)
-class MeshCall:
-    """What the route resolved before the SDK parsed the request."""
-
-    state: State
-    me: Agent  # the authenticated caller
-    target: str  # the agent of the endpoint, /a2a/{target}
-    base_url: str
-    resume_after: int | None  # from Last-Event-ID
-
-
-def _call(context: ServerCallContext) -> MeshCall:
-    return context.state[CALL_KEY]  # type: ignore[no-any-return]
 
 
 def _check_same_context(msg: Message, task: dict[str, Any]) -> None:
@@ -145,7 +128,7 @@ class MeshRequestHandler(RequestHandler):
         # An answer, not a receipt: the task once it settles, within the gateway's
         # window and the caller's share of waits (ADR 036); then, or with
         # returnImmediately, the task as it is (the serving agent may be offline).
-        c = _call(context)
+        c = call.of(context)
         history = _history_length(params.configuration)
         seconds = c.state.settings.a2a_blocking_seconds
         if params.configuration.return_immediately or seconds <= 0:
@@ -168,7 +151,7 @@ class MeshRequestHandler(RequestHandler):
     @validate_request_params
     async def on_message_send_stream(self, params: SendMessageRequest,
                                      context: ServerCallContext) -> AsyncGenerator[Event]:
-        c = _call(context)
+        c = call.of(context)
         task_id = await self._send(c, params)
         async for event in follow(c, task_id, self._task_json):
             yield event
@@ -176,7 +159,7 @@ class MeshRequestHandler(RequestHandler):
     @validate_request_params
     async def on_subscribe_to_task(self, params: SubscribeToTaskRequest,
                                    context: ServerCallContext) -> AsyncGenerator[Event]:
-        c = _call(context)
+        c = call.of(context)
         if c.resume_after is None:
             detail = await self._task_json(c, params.id)
             if mapping.is_terminal(detail["state"]):
@@ -189,14 +172,14 @@ class MeshRequestHandler(RequestHandler):
 
     @validate_request_params
     async def on_get_task(self, params: GetTaskRequest, context: ServerCallContext) -> Task:
-        c = _call(context)
+        c = call.of(context)
         history = _history_length(params)
         return mapping.task(await self._task_json(c, params.id), history_length=history)
 
     @validate_request_params
     async def on_list_tasks(self, params: ListTasksRequest,
                             context: ServerCallContext) -> ListTasksResponse:
-        c = _call(context)
+        c = call.of(context)
         _history_length(params)
         if params.HasField("page_size"):
             validate_page_size(params.page_size)  # the spec's 1…100, the SDK's wording
@@ -213,7 +196,7 @@ class MeshRequestHandler(RequestHandler):
     @validate_request_params
     async def on_cancel_task(self, params: CancelTaskRequest,
                              context: ServerCallContext) -> Task:
-        c = _call(context)
+        c = call.of(context)
         s = c.state
         detail = await self._task_json(c, params.id)
         if mapping.is_terminal(detail["state"]):
@@ -227,7 +210,7 @@ class MeshRequestHandler(RequestHandler):
 
     async def on_get_extended_agent_card(self, params: GetExtendedAgentCardRequest,
                                          context: ServerCallContext) -> AgentCard:
-        c = _call(context)
+        c = call.of(context)
         row = await agents_store.get(c.state.pool, c.target)
         if row is None:  # deleted since the route checked it
             raise InvalidRequestError(message=f"unknown agent '{c.target}'")
@@ -239,7 +222,7 @@ class MeshRequestHandler(RequestHandler):
     async def on_create_task_push_notification_config(
             self, params: TaskPushNotificationConfig,
             context: ServerCallContext) -> TaskPushNotificationConfig:
-        c = _call(context)
+        c = call.of(context)
         await self._task_json(c, params.task_id)
         checked = await push.check_config(c.state, params, params.task_id)
         # From now on: what the task's stream would show after this point.
@@ -250,7 +233,7 @@ class MeshRequestHandler(RequestHandler):
     async def on_get_task_push_notification_config(
             self, params: GetTaskPushNotificationConfigRequest,
             context: ServerCallContext) -> TaskPushNotificationConfig:
-        c = _call(context)
+        c = call.of(context)
         await self._task_json(c, params.task_id)
         return await push.get(c.state, c.me.agent_id, params.task_id, params.id)
 
@@ -258,7 +241,7 @@ class MeshRequestHandler(RequestHandler):
     async def on_list_task_push_notification_configs(
             self, params: ListTaskPushNotificationConfigsRequest,
             context: ServerCallContext) -> ListTaskPushNotificationConfigsResponse:
-        c = _call(context)
+        c = call.of(context)
         if params.page_size:  # 0: unset (the field has no presence)
             validate_page_size(params.page_size)
         await self._task_json(c, params.task_id)
@@ -272,6 +255,6 @@ class MeshRequestHandler(RequestHandler):
     async def on_delete_task_push_notification_config(
             self, params: DeleteTaskPushNotificationConfigRequest,
             context: ServerCallContext) -> None:
-        c = _call(context)
+        c = call.of(context)
         await self._task_json(c, params.task_id)
         await push.delete(c.state, c.me.agent_id, params.task_id, params.id)

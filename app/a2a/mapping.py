@@ -14,8 +14,8 @@ from a2a.types.a2a_pb2 import Message, Part, StreamResponse, Task, TaskState
 from a2a.utils.errors import ContentTypeNotSupportedError, InvalidParamsError
 from google.protobuf.json_format import MessageToDict, ParseDict
 
+from app.domain.event_wire import format_timestamp
 from app.domain.task_states import TERMINAL
-from app.event_wire import format_timestamp
 
 # The resume extension (ADR 017): every streamed event names its per-task
 # sequence under this metadata key; a client resumes with ``Last-Event-ID``.

@@ -20,11 +20,11 @@ from a2a.utils.errors import InvalidParamsError, TaskNotFoundError
 from asyncpg import Record
 from redis.exceptions import RedisError
 
-from app import delivery
-from app.api.deps import State
+from app.delivery import protocol as delivery
+from app.delivery.webhook_signing import Sealer
+from app.platform.webhook_target import TargetRefused, check
 from app.store import push_configs as push_store
-from app.webhook_signing import Sealer
-from app.webhook_target import TargetRefused, check
+from app.web.state import State
 
 log = logging.getLogger("mesh.a2a.push")
 

@@ -18,32 +18,23 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from app import fastjson, ratelimit
 from app.a2a import card
-from app.a2a.handler import CALL_KEY, MeshCall, MeshRequestHandler
-from app.api import deps
-from app.api.auth import client_address
-from app.errors import Problem
-from app.services import accounts, tasks
+from app.a2a.call import CALL_KEY, MeshCall
+from app.a2a.handler import MeshRequestHandler
+from app.platform import fastjson
+from app.platform.errors import Problem
+from app.services import tasks
 from app.services.principals import Agent
-
-API_KEY_HEADER = "x-api-key"
+from app.web.auth import PRINCIPAL, authenticate
+from app.web.inputs import BIGINT_MAX, check_json_content_type, check_path_params
+from app.web.state import state
 
 
 async def caller(request: Request) -> Agent:
     """A mesh agent, by its bearer JWT (an owner's token acts as its virtual
     user, as everywhere) or by its API key in ``X-API-Key`` — the card's schemes."""
-    api_key = request.headers.get(API_KEY_HEADER)
-    if not api_key:
-        return await deps.agent(request)
-    deps.check_path_params(request)
-    s = deps.state(request)
-    # The token exchange's look-up and failure throttle (ADR 032).
-    me = await accounts.agent_by_key(s.pool, api_key, address=client_address(request),
-                                     throttle=s.auth_throttle, where=" in X-API-Key")
-    if s.ratelimiter is not None:
-        await ratelimit.require(s.ratelimiter, me.agent_id, request.method, "/a2a/{agent_id}")
-    request.scope["mesh.principal"] = me
+    me = await authenticate(request, "agent", api_key_header=True, route="/a2a/{agent_id}")
+    assert isinstance(me, Agent)
     return me
 
 
@@ -55,7 +46,7 @@ def _resume_after(request: Request) -> int | None:
         value = int(raw)
     except ValueError:
         value = -1
-    if not 0 <= value <= deps.BIGINT_MAX:
+    if not 0 <= value <= BIGINT_MAX:
         raise Problem(400, f"Last-Event-ID must be the seq of an event (a non-negative integer, "
                            f"metadata['agent-mesh.seq']), got '{raw}'")
     return value
@@ -65,7 +56,7 @@ class MeshContextBuilder(DefaultServerCallContextBuilder):
     def build(self, request: Request) -> ServerCallContext:
         context = super().build(request)
         context.state[CALL_KEY] = MeshCall(
-            state=deps.state(request), me=request.scope["mesh.principal"],
+            state=state(request), me=request.scope[PRINCIPAL],
             target=request.path_params["agent_id"], base_url=str(request.base_url),
             resume_after=request.scope["mesh.a2a.resume_after"])
         return context
@@ -84,10 +75,10 @@ def guarded(endpoint: Endpoint) -> Endpoint:
     A2A's HTTP bindings say — then let the SDK answer."""
     async def guard(request: Request) -> Response:
         me = await caller(request)
-        await tasks.check_can_message(deps.state(request).pool, me.agent_id,
+        await tasks.check_can_message(state(request).pool, me.agent_id,
                                       request.path_params["agent_id"])
         if request.method == "POST":
-            deps.check_json_content_type(request)  # 415, as the REST API answers
+            check_json_content_type(request)  # 415, as the REST API answers
         request.scope["mesh.a2a.resume_after"] = _resume_after(request)
         return await endpoint(request)
     return guard
@@ -159,7 +150,7 @@ def _card_response(request: Request, agent_card: card.AgentCard, version: str) -
 
 def _agent_card(forced: str | None) -> Endpoint:
     async def endpoint(request: Request) -> Response:
-        deps.check_path_params(request)
+        check_path_params(request)
         version = card_version(request, forced=forced)
         return _card_response(request, card.public_card(
             str(request.base_url), request.path_params["agent_id"], card.VERSION), version)

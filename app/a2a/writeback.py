@@ -26,17 +26,16 @@ from a2a.types.a2a_pb2 import Artifact, Message, Part, Role, StreamResponse, Tas
 from a2a.utils.errors import A2AError
 from google.protobuf.json_format import MessageToDict
 
-from app import ids
 from app.a2a import mapping
-from app.domain import task_states
-from app.errors import Problem
-from app.schemas import ArtifactIn, MessageIn, StatusChange
+from app.domain import ids, task_states
+from app.domain.schemas import ArtifactIn, MessageIn, StatusChange
+from app.platform.errors import Problem
+from app.platform.settings import Settings
 from app.services import tasks
 from app.services.principals import Agent
-from app.settings import Settings
 from app.store import a2a_remotes as remotes_store
 from app.store import tasks as tasks_store
-from app.writes import Wakeup
+from app.store.writes import Wakeup
 
 log = logging.getLogger("mesh.a2a_bridge")
 

@@ -6,25 +6,26 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from app.api.deps import BIGINT_MAX, admin, doc, int_query, json, query_param, state
-from app.errors import Problem
+from app.platform.errors import Problem
 from app.responses import DeadLetters, OutboxOverview, RetriedAll, RetriedOne
 from app.services import admin as admin_service
+from app.services.principals import Owner
+from app.web.endpoint import endpoint, json, query_param
+from app.web.inputs import BIGINT_MAX, int_query
+from app.web.state import state
 
 
-@doc("Outbox rows by status (pending, sent, failed) and the age of the oldest pending one",
+@endpoint("Outbox rows by status (pending, sent, failed) and the age of the oldest pending one",
      response=OutboxOverview, auth="admin", tag="admin")
-async def outbox(request: Request) -> Response:
-    await admin(request)
+async def outbox(request: Request, me: Owner) -> Response:
     return json(await admin_service.outbox_overview(state(request).pool))
 
 
-@doc("Dead letters (failed outbox rows) with their errors, oldest first; page with "
+@endpoint("Dead letters (failed outbox rows) with their errors, oldest first; page with "
      "?after_id=<next_after_id>&limit=", response=DeadLetters, auth="admin", tag="admin",
      params=[query_param("after_id", "rows with id > after_id (default 0)"),
              query_param("limit", "most rows (default 100)", minimum=1, maximum=1000)])
-async def dead_letters(request: Request) -> Response:
-    await admin(request)
+async def dead_letters(request: Request, me: Owner) -> Response:
     after_id = int_query(request, "after_id", default=0, minimum=0)
     limit = int_query(request, "limit", default=100, minimum=1, maximum=1000)
     assert after_id is not None and limit is not None
@@ -32,10 +33,9 @@ async def dead_letters(request: Request) -> Response:
                                                  limit=limit))
 
 
-@doc("Retry one dead letter: back to pending with a fresh attempt budget, relay woken",
+@endpoint("Retry one dead letter: back to pending with a fresh attempt budget, relay woken",
      response=RetriedOne, auth="admin", tag="admin")
-async def retry_one(request: Request) -> Response:
-    await admin(request)
+async def retry_one(request: Request, me: Owner) -> Response:
     raw = request.path_params["row_id"]
     try:
         row_id = int(raw)
@@ -47,10 +47,9 @@ async def retry_one(request: Request) -> Response:
     return json(await admin_service.retry_one(s.pool, row_id, wakeup=s.wakeup))
 
 
-@doc("Retry every dead letter (back to pending, relay woken)", response=RetriedAll,
+@endpoint("Retry every dead letter (back to pending, relay woken)", response=RetriedAll,
      auth="admin", tag="admin")
-async def retry_all(request: Request) -> Response:
-    await admin(request)
+async def retry_all(request: Request, me: Owner) -> Response:
     s = state(request)
     return json(await admin_service.retry_all(s.pool, wakeup=s.wakeup))
 

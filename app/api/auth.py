@@ -6,19 +6,16 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from app.api.deps import body, doc, json, state
+from app.domain.schemas import ApiKeyBody, Credentials, LoginBody
 from app.responses import AgentToken, OwnerToken, Registered
-from app.schemas import ApiKeyBody, Credentials, LoginBody
 from app.services import accounts
+from app.web.auth import client_address
+from app.web.endpoint import endpoint, json
+from app.web.inputs import body
+from app.web.state import state
 
 
-def client_address(request: Request) -> str:
-    """The peer's address; behind a proxy, run uvicorn with ``--proxy-headers``
-    and ``--forwarded-allow-ips`` so this is the client's, not the proxy's."""
-    return request.client.host if request.client else "unknown"
-
-
-@doc("Register an owner account (also creates its virtual-user agent human@{username})",
+@endpoint("Register an owner account (also creates its virtual-user agent human@{username})",
      body=Credentials, response=Registered, status=201, tag="owners")
 async def register(request: Request) -> Response:
     s = state(request)
@@ -28,7 +25,7 @@ async def register(request: Request) -> Response:
                                            throttle=s.auth_throttle, kdf=s.kdf), 201)
 
 
-@doc("Log in as an owner; returns a bearer token", body=LoginBody, response=OwnerToken,
+@endpoint("Log in as an owner; returns a bearer token", body=LoginBody, response=OwnerToken,
      tag="owners")
 async def login(request: Request) -> Response:
     s = state(request)
@@ -38,7 +35,7 @@ async def login(request: Request) -> Response:
                                         throttle=s.auth_throttle, kdf=s.kdf))
 
 
-@doc("Exchange an agent's API key for a short-lived bearer token", body=ApiKeyBody,
+@endpoint("Exchange an agent's API key for a short-lived bearer token", body=ApiKeyBody,
      response=AgentToken, tag="agents")
 async def token(request: Request) -> Response:
     s = state(request)

@@ -6,20 +6,22 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from app.api.deps import agent, body, doc, float_query, int_query, json, query_param, state
+from app.domain.schemas import AckBody
 from app.responses import Acked, InboxPage
-from app.schemas import AckBody
 from app.services import inbox
+from app.services.principals import Agent
+from app.web.endpoint import endpoint, json, query_param
+from app.web.inputs import body, float_query, int_query
+from app.web.state import state
 
 
-@doc("Inbox events after a seq (default: your acked cursor); waits up to `wait` seconds "
+@endpoint("Inbox events after a seq (default: your acked cursor); waits up to `wait` seconds "
      "for the next one", response=InboxPage, auth="agent", tag="inbox", params=[
          query_param("after", "return events with seq > after (default: your acked cursor)"),
          query_param("limit", "most events to return (default 100)", minimum=1, maximum=500),
          query_param("wait", "seconds to wait for an event when there is none (long-poll)",
                      type_="number", minimum=0, maximum=30)])
-async def read(request: Request) -> Response:
-    me = await agent(request)
+async def read(request: Request, me: Agent) -> Response:
     s = state(request)
     after = int_query(request, "after", default=None, minimum=0)
     limit = int_query(request, "limit", default=100, minimum=1, maximum=s.settings.inbox_page_max)
@@ -33,10 +35,9 @@ async def read(request: Request) -> Response:
                     media_type="application/json")
 
 
-@doc("Acknowledge processing up to seq (monotone; never moves back)", body=AckBody,
+@endpoint("Acknowledge processing up to seq (monotone; never moves back)", body=AckBody,
      response=Acked, auth="agent", tag="inbox")
-async def ack(request: Request) -> Response:
-    me = await agent(request)
+async def ack(request: Request, me: Agent) -> Response:
     data = await body(request, AckBody)
     return json(await inbox.ack(state(request).pool, me, data.seq))
 

@@ -6,14 +6,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from app.api.deps import body, doc, json, owner, state
+from app.api import mesh, teams
+from app.domain.schemas import AgentCreate, AgentPatch, GroupCreate, GroupMemberAdd
 from app.responses import (
     AgentList,
     AgentOut,
-    FriendRequestOut,
-    Friends,
-    GroupInvitation,
-    GroupInvitations,
     GroupWithMembers,
     KeyList,
     Membership,
@@ -21,16 +18,17 @@ from app.responses import (
     OwnedGroup,
     OwnedGroups,
 )
-from app.schemas import AgentCreate, AgentPatch, FriendRequestCreate, GroupCreate, GroupMemberAdd
 from app.services import a2a_remotes, accounts, social
-from app.services.principals import Agent
+from app.services.principals import Owner
+from app.web.endpoint import endpoint, json, on_behalf
+from app.web.inputs import body
+from app.web.state import state
 
 
-@doc("Create an agent; its agent_id is {name}@{username}. With `a2a` it is served by "
+@endpoint("Create an agent; its agent_id is {name}@{username}. With `a2a` it is served by "
      "an A2A server elsewhere (kind \"a2a\"), forwarded by the a2a-bridge process", body=AgentCreate,
      response=AgentOut, auth="owner", status=201, tag="owners")
-async def create_agent(request: Request) -> Response:
-    me = await owner(request)
+async def create_agent(request: Request, me: Owner) -> Response:
     data = await body(request, AgentCreate)
     s = state(request)
     if data.a2a is not None:  # served by an A2A server elsewhere (ADR 041)
@@ -38,61 +36,54 @@ async def create_agent(request: Request) -> Response:
     return json(await accounts.create_agent(s.pool, me, data), 201)
 
 
-@doc("List your agents (including your virtual-user agent)", response=AgentList,
+@endpoint("List your agents (including your virtual-user agent)", response=AgentList,
      auth="owner", tag="owners")
-async def list_agents(request: Request) -> Response:
-    me = await owner(request)
+async def list_agents(request: Request, me: Owner) -> Response:
     return json(await accounts.list_agents(state(request).pool, me))
 
 
-@doc("Get one of your agents", response=AgentOut, auth="owner", tag="owners")
-async def get_agent(request: Request) -> Response:
-    me = await owner(request)
+@endpoint("Get one of your agents", response=AgentOut, auth="owner", tag="owners")
+async def get_agent(request: Request, me: Owner) -> Response:
     pool = state(request).pool
     row = await accounts.owned_agent(pool, me, request.path_params["agent_id"])
     return json(await accounts.agent_view(pool, row))
 
 
-@doc("Change an agent's display name, description, skills, instructions, listing or "
+@endpoint("Change an agent's display name, description, skills, instructions, listing or "
      "daily budget (null removes it)", body=AgentPatch,
      response=AgentOut, auth="owner", tag="owners")
-async def patch_agent(request: Request) -> Response:
-    me = await owner(request)
+async def patch_agent(request: Request, me: Owner) -> Response:
     data = await body(request, AgentPatch)
     return json(await accounts.patch_agent(state(request).pool, me,
                                            request.path_params["agent_id"], data))
 
 
-@doc("Delete an agent; its keys and tokens stop working at once", auth="owner", status=204,
+@endpoint("Delete an agent; its keys and tokens stop working at once", auth="owner", status=204,
      tag="owners")
-async def delete_agent(request: Request) -> Response:
-    me = await owner(request)
+async def delete_agent(request: Request, me: Owner) -> Response:
     s = state(request)
     await accounts.delete_agent(s.pool, me, request.path_params["agent_id"],
                                 auth_changed=s.auth_changed)
     return Response(status_code=204)
 
 
-@doc("Create an API key for an agent; the key is shown only in this response",
+@endpoint("Create an API key for an agent; the key is shown only in this response",
      response=NewKey, auth="owner", status=201, tag="owners")
-async def create_key(request: Request) -> Response:
-    me = await owner(request)
+async def create_key(request: Request, me: Owner) -> Response:
     return json(await accounts.create_key(state(request).pool, me,
                                           request.path_params["agent_id"]), 201)
 
 
-@doc("List an agent's API keys (ids and dates, never the keys)", response=KeyList,
+@endpoint("List an agent's API keys (ids and dates, never the keys)", response=KeyList,
      auth="owner", tag="owners")
-async def list_keys(request: Request) -> Response:
-    me = await owner(request)
+async def list_keys(request: Request, me: Owner) -> Response:
     keys = await accounts.list_keys(state(request).pool, me, request.path_params["agent_id"])
     return json(KeyList(keys=keys))
 
 
-@doc("Revoke an API key; tokens issued from it stop working at once", auth="owner", status=204,
+@endpoint("Revoke an API key; tokens issued from it stop working at once", auth="owner", status=204,
      tag="owners")
-async def revoke_key(request: Request) -> Response:
-    me = await owner(request)
+async def revoke_key(request: Request, me: Owner) -> Response:
     s = state(request)
     await accounts.revoke_key(s.pool, me, request.path_params["agent_id"],
                               request.path_params["key_id"],
@@ -100,127 +91,56 @@ async def revoke_key(request: Request) -> Response:
     return Response(status_code=204)
 
 
-async def _acting_agent(request: Request) -> Agent:
-    me = await owner(request)
-    row = await accounts.owned_agent(state(request).pool, me, request.path_params["agent_id"])
-    return Agent(row["agent_id"], me.user_id, row["kind"])
+agent_friends = on_behalf(
+    mesh.friends, "List an agent's friends and pending requests, on its behalf")
+agent_friend_request = on_behalf(
+    mesh.friend_request, "Send a friend request on behalf of one of your agents")
+agent_friend_accept = on_behalf(
+    mesh.friend_accept, "Accept a friend request on behalf of one of your agents")
+agent_friend_reject = on_behalf(
+    mesh.friend_reject, "Reject a friend request on behalf of one of your agents")
+agent_friend_remove = on_behalf(mesh.friend_remove, "Remove a friend on behalf of one of your agents")
+agent_group_invitations = on_behalf(
+    teams.group_invitations, "Group invitations waiting for one of your agents' answer")
+agent_group_accept = on_behalf(
+    teams.accept_group_invitation, "Accept a group invitation on behalf of one of your agents")
+agent_group_reject = on_behalf(
+    teams.reject_group_invitation, "Reject a group invitation on behalf of one of your agents")
+agent_group_leave = on_behalf(
+    teams.leave_group, "Take one of your agents out of a group, whoever owns it")
 
 
-@doc("List an agent's friends and pending requests, on its behalf", response=Friends,
-     auth="owner", tag="owners")
-async def agent_friends(request: Request) -> Response:
-    acting = await _acting_agent(request)
-    return json(await social.list_friends(state(request).pool, acting))
-
-
-@doc("Send a friend request on behalf of one of your agents", body=FriendRequestCreate,
-     response=FriendRequestOut, auth="owner", status=201, replay_status=200, tag="owners")
-async def agent_friend_request(request: Request) -> Response:
-    acting = await _acting_agent(request)
-    data = await body(request, FriendRequestCreate)
-    s = state(request)
-    result, created = await social.request_friend(s.pool, s.settings, acting, data.to_agent_id,
-                                                  data.note, reach_changed=s.reach_changed,
-                                                  wakeup=s.wakeup)
-    return json(result, 201 if created else 200)
-
-
-@doc("Accept a friend request on behalf of one of your agents", response=FriendRequestOut,
-     auth="owner", tag="owners")
-async def agent_friend_accept(request: Request) -> Response:
-    acting = await _acting_agent(request)
-    s = state(request)
-    return json(await social.accept_friend(s.pool, s.settings, acting,
-                                           request.path_params["request_id"],
-                                           reach_changed=s.reach_changed, wakeup=s.wakeup))
-
-
-@doc("Reject a friend request on behalf of one of your agents", response=FriendRequestOut,
-     auth="owner", tag="owners")
-async def agent_friend_reject(request: Request) -> Response:
-    acting = await _acting_agent(request)
-    return json(await social.reject_friend(state(request).pool, acting,
-                                           request.path_params["request_id"]))
-
-
-@doc("Remove a friend on behalf of one of your agents", auth="owner", status=204, tag="owners")
-async def agent_friend_remove(request: Request) -> Response:
-    acting = await _acting_agent(request)
-    await social.remove_friend(state(request).pool, acting, request.path_params["friend_id"],
-                               reach_changed=state(request).reach_changed)
-    return Response(status_code=204)
-
-
-@doc("Group invitations waiting for one of your agents' answer", response=GroupInvitations,
-     auth="owner", tag="owners")
-async def agent_group_invitations(request: Request) -> Response:
-    acting = await _acting_agent(request)
-    return json(await social.group_invitations(state(request).pool, acting))
-
-
-@doc("Accept a group invitation on behalf of one of your agents", response=Membership,
-     auth="owner", tag="owners")
-async def agent_group_accept(request: Request) -> Response:
-    acting = await _acting_agent(request)
-    s = state(request)
-    return json(await social.accept_invitation(s.pool, acting, request.path_params["group_id"],
-                                               reach_changed=s.reach_changed))
-
-
-@doc("Reject a group invitation on behalf of one of your agents", response=GroupInvitation,
-     auth="owner", tag="owners")
-async def agent_group_reject(request: Request) -> Response:
-    acting = await _acting_agent(request)
-    return json(await social.reject_invitation(state(request).pool, acting,
-                                               request.path_params["group_id"]))
-
-
-@doc("Take one of your agents out of a group, whoever owns it", auth="owner", status=204,
-     tag="owners")
-async def agent_group_leave(request: Request) -> Response:
-    acting = await _acting_agent(request)
-    s = state(request)
-    await social.leave_group(s.pool, acting, request.path_params["group_id"],
-                             reach_changed=s.reach_changed)
-    return Response(status_code=204)
-
-
-@doc("Create a group", body=GroupCreate, response=OwnedGroup, auth="owner", status=201,
+@endpoint("Create a group", body=GroupCreate, response=OwnedGroup, auth="owner", status=201,
      tag="groups")
-async def create_group(request: Request) -> Response:
-    me = await owner(request)
+async def create_group(request: Request, me: Owner) -> Response:
     data = await body(request, GroupCreate)
     return json(await social.create_group(state(request).pool, me, data.group_id, data.name), 201)
 
 
-@doc("List the groups you own", response=OwnedGroups, auth="owner", tag="groups")
-async def list_groups(request: Request) -> Response:
-    me = await owner(request)
+@endpoint("List the groups you own", response=OwnedGroups, auth="owner", tag="groups")
+async def list_groups(request: Request, me: Owner) -> Response:
     return json(OwnedGroups(groups=await social.owner_groups(state(request).pool, me)))
 
 
-@doc("Get a group you own with its members", response=GroupWithMembers, auth="owner",
+@endpoint("Get a group you own with its members", response=GroupWithMembers, auth="owner",
      tag="groups")
-async def get_group(request: Request) -> Response:
-    me = await owner(request)
+async def get_group(request: Request, me: Owner) -> Response:
     return json(await social.owner_group(state(request).pool, me, request.path_params["group_id"]))
 
 
-@doc("Delete a group you own", auth="owner", status=204, tag="groups")
-async def delete_group(request: Request) -> Response:
-    me = await owner(request)
+@endpoint("Delete a group you own", auth="owner", status=204, tag="groups")
+async def delete_group(request: Request, me: Owner) -> Response:
     s = state(request)
     await social.delete_group(s.pool, s.settings, me, request.path_params["group_id"],
                               reach_changed=s.reach_changed, wakeup=s.wakeup)
     return Response(status_code=204)
 
 
-@doc("Add an agent to a group: yours join at once; another owner's (a friend of one of "
+@endpoint("Add an agent to a group: yours join at once; another owner's (a friend of one of "
      "yours) is invited and joins when it accepts (status \"invited\")",
      body=GroupMemberAdd, response=Membership, auth="owner", status=201, replay_status=200,
      tag="groups")
-async def add_member(request: Request) -> Response:
-    me = await owner(request)
+async def add_member(request: Request, me: Owner) -> Response:
     data = await body(request, GroupMemberAdd)
     s = state(request)
     result, created = await social.add_member(s.pool, s.settings, me,
@@ -229,9 +149,8 @@ async def add_member(request: Request) -> Response:
     return json(result, 201 if created else 200)
 
 
-@doc("Remove an agent from a group", auth="owner", status=204, tag="groups")
-async def remove_member(request: Request) -> Response:
-    me = await owner(request)
+@endpoint("Remove an agent from a group", auth="owner", status=204, tag="groups")
+async def remove_member(request: Request, me: Owner) -> Response:
     s = state(request)
     await social.remove_member(s.pool, s.settings, me, request.path_params["group_id"],
                                request.path_params["agent_id"], reach_changed=s.reach_changed,

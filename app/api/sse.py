@@ -1,10 +1,10 @@
 """``GET /v1/mesh/inbox/stream``: the inbox as Server-Sent Events.
 
 ``id:`` is the seq, ``event:`` the type, ``data:`` the event JSON — its bytes
-as app.event_wire made them, not re-encoded. A client resumes after
+as app.domain.event_wire made them, not re-encoded. A client resumes after
 ``Last-Event-ID`` (or ``?after=``), else after its acked cursor. The stream's
 loop (keep-alives, re-checks, expiry, receipts) is app.services.inbox_stream;
-this module maps its items to frames; app.sse_response sends them from the
+this module maps its items to frames; app.web.sse_response sends them from the
 request's own coroutine (no task per stream, ADR 023).
 """
 
@@ -14,12 +14,15 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from app import tracing
-from app.api.deps import BIGINT_MAX, agent, doc, header_param, int_query, query_param, state
-from app.errors import Problem
-from app.event_wire import WireEvent, traceparent_of
+from app.domain.event_wire import WireEvent, traceparent_of
+from app.platform import tracing
+from app.platform.errors import Problem
 from app.services.inbox_stream import InboxStream, StreamItem
-from app.sse_response import EventStreamResponse
+from app.services.principals import Agent
+from app.web.endpoint import endpoint, header_param, query_param
+from app.web.inputs import BIGINT_MAX, int_query
+from app.web.sse_response import EventStreamResponse
+from app.web.state import state
 
 # Keep-alives come from the stream's own wait loop, on its timeout: one
 # coroutine per idle stream, no ping task.
@@ -58,13 +61,12 @@ def traced_frame(item: StreamItem) -> bytes:
     return frame(item)
 
 
-@doc("The inbox as Server-Sent Events (id = seq); resumes after Last-Event-ID, ?after=, "
+@endpoint("The inbox as Server-Sent Events (id = seq); resumes after Last-Event-ID, ?after=, "
      "or the acked cursor", media="text/event-stream", auth="agent", tag="inbox", params=[
          header_param("Last-Event-ID", "resume after this seq (an integer, 0 … 2^63-1); wins "
                       "over ?after=", pattern=r"^[0-9]{1,19}$"),
          query_param("after", "return events with seq > after (default: your acked cursor)")])
-async def stream(request: Request) -> Response:
-    me = await agent(request)
+async def stream(request: Request, me: Agent) -> Response:
     s = state(request)
     inbox_stream = await InboxStream.open(s.pool, s.redis, s.hub, s.settings, me,
                                           _start_after(request), receipts=s.receipts,

@@ -6,19 +6,21 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from app.api.deps import agent, body, doc, int_query, json, query_param, state, valid_id
+from app.domain.ids import ID_PATTERN
+from app.domain.schemas import ArtifactIn, MessageIn, StatusChange, TaskCreate
 from app.domain.task_states import STATES
-from app.errors import Problem
-from app.ids import ID_PATTERN
+from app.platform.errors import Problem
 from app.responses import ArtifactOut, MessageOut, TaskDetail, TaskOut, TaskPage, TaskWithMessage
-from app.schemas import ArtifactIn, MessageIn, StatusChange, TaskCreate
 from app.services import tasks
+from app.services.principals import Agent
+from app.web.endpoint import endpoint, json, query_param
+from app.web.inputs import body, int_query, valid_id
+from app.web.state import state
 
 
-@doc("Create a task for a friend or group peer, with its first message", body=TaskCreate,
+@endpoint("Create a task for a friend or group peer, with its first message", body=TaskCreate,
      response=TaskWithMessage, auth="agent", status=201, replay_status=200, tag="tasks")
-async def create_task(request: Request) -> Response:
-    me = await agent(request)
+async def create_task(request: Request, me: Agent) -> Response:
     data = await body(request, TaskCreate)
     s = state(request)
     result, created = await tasks.create_task(s.pool, s.settings, me, data, wakeup=s.wakeup,
@@ -26,14 +28,13 @@ async def create_task(request: Request) -> Response:
     return json(result, 201 if created else 200)
 
 
-@doc("A task you take part in, with its messages (and their receipts) and artifacts",
+@endpoint("A task you take part in, with its messages (and their receipts) and artifacts",
      response=TaskDetail, auth="agent", tag="tasks")
-async def get_task(request: Request) -> Response:
-    me = await agent(request)
+async def get_task(request: Request, me: Agent) -> Response:
     return json(await tasks.get_task(state(request).pool, me, request.path_params["task_id"]))
 
 
-@doc("Tasks you take part in, newest first; filter by state and context_id", auth="agent",
+@endpoint("Tasks you take part in, newest first; filter by state and context_id", auth="agent",
      response=TaskPage, tag="tasks", params=[
          # Empty means "no filter" (the documented query is `?state=&context_id=`).
          query_param("state", "only tasks in this state (empty: any)", type_="string",
@@ -42,8 +43,7 @@ async def get_task(request: Request) -> Response:
                      pattern=f"(^$)|({ID_PATTERN})"),
          query_param("cursor", "the next_cursor of the previous page", type_="string"),
          query_param("limit", "most tasks per page (default 50)", minimum=1, maximum=200)])
-async def list_tasks(request: Request) -> Response:
-    me = await agent(request)
+async def list_tasks(request: Request, me: Agent) -> Response:
     q = request.query_params
     task_state = q.get("state") or None
     if task_state is not None and task_state not in STATES:
@@ -58,10 +58,9 @@ async def list_tasks(request: Request) -> Response:
                                        limit=limit))
 
 
-@doc("Add a message to a task (idempotent by message_id)", body=MessageIn, auth="agent",
+@endpoint("Add a message to a task (idempotent by message_id)", body=MessageIn, auth="agent",
      response=MessageOut, status=201, replay_status=200, tag="tasks")
-async def add_message(request: Request) -> Response:
-    me = await agent(request)
+async def add_message(request: Request, me: Agent) -> Response:
     data = await body(request, MessageIn)
     s = state(request)
     result, created = await tasks.append_message(s.pool, s.settings, me,
@@ -70,11 +69,10 @@ async def add_message(request: Request) -> Response:
     return json(result, 201 if created else 200)
 
 
-@doc("Move a task to another state (compare-and-set; an illegal move is 409, a repeat of "
+@endpoint("Move a task to another state (compare-and-set; an illegal move is 409, a repeat of "
      "the caller's own move that already took effect is answered again with 200)",
      body=StatusChange, response=TaskOut, auth="agent", tag="tasks")
-async def set_status(request: Request) -> Response:
-    me = await agent(request)
+async def set_status(request: Request, me: Agent) -> Response:
     data = await body(request, StatusChange)
     s = state(request)
     return json(await tasks.change_status(s.pool, s.settings, me,
@@ -82,11 +80,10 @@ async def set_status(request: Request) -> Response:
                                           wakeup=s.wakeup))
 
 
-@doc("Attach an artifact to a task (serving agent only; idempotent by artifact_id)",
+@endpoint("Attach an artifact to a task (serving agent only; idempotent by artifact_id)",
      body=ArtifactIn, response=ArtifactOut, auth="agent", status=201, replay_status=200,
      tag="tasks")
-async def add_artifact(request: Request) -> Response:
-    me = await agent(request)
+async def add_artifact(request: Request, me: Agent) -> Response:
     data = await body(request, ArtifactIn)
     s = state(request)
     result, created = await tasks.add_artifact(s.pool, s.settings, me,

@@ -6,18 +6,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from app.api.deps import (
-    agent,
-    body,
-    check_storable,
-    doc,
-    int_query,
-    json,
-    query_param,
-    state,
-    valid_id,
-)
-from app.errors import Problem
+from app.domain.schemas import BroadcastCreate, GroupMessageIn
+from app.platform.errors import Problem
 from app.responses import (
     BroadcastOut,
     ContextTimeline,
@@ -27,15 +17,17 @@ from app.responses import (
     GroupMessageOut,
     Membership,
 )
-from app.schemas import BroadcastCreate, GroupMessageIn
 from app.services import broadcasts, directory, group_messages, social, timeline
+from app.services.principals import Agent
+from app.web.endpoint import endpoint, json, query_param
+from app.web.inputs import body, check_storable, int_query, valid_id
+from app.web.state import state
 
 
-@doc("Post a message to a group you are a member of: every other member gets one "
+@endpoint("Post a message to a group you are a member of: every other member gets one "
      "group.message", body=GroupMessageIn, response=GroupMessageOut, auth="agent", status=201,
      tag="teams")
-async def post_group_message(request: Request) -> Response:
-    me = await agent(request)
+async def post_group_message(request: Request, me: Agent) -> Response:
     data = await body(request, GroupMessageIn)
     s = state(request)
     return json(await group_messages.post(s.pool, s.settings, me,
@@ -43,33 +35,30 @@ async def post_group_message(request: Request) -> Response:
                                           wakeup=s.wakeup), 201)
 
 
-@doc("Ask several agents (a list, or a group's other members) the same thing: one task "
+@endpoint("Ask several agents (a list, or a group's other members) the same thing: one task "
      "each in a shared context; you get one broadcast.completed when the policy (all, any, "
      "n completed) is met, can no longer be met, or the timeout passes",
      body=BroadcastCreate, response=BroadcastOut, auth="agent", status=201, tag="teams")
-async def create_broadcast(request: Request) -> Response:
-    me = await agent(request)
+async def create_broadcast(request: Request, me: Agent) -> Response:
     data = await body(request, BroadcastCreate)
     s = state(request)
     return json(await broadcasts.create(s.pool, s.settings, me, data, wakeup=s.wakeup), 201)
 
 
-@doc("A broadcast you sent: its policy, status and each recipient's task state and last "
+@endpoint("A broadcast you sent: its policy, status and each recipient's task state and last "
      "message", response=BroadcastOut, auth="agent", tag="teams")
-async def get_broadcast(request: Request) -> Response:
-    me = await agent(request)
+async def get_broadcast(request: Request, me: Agent) -> Response:
     return json(await broadcasts.get(state(request).pool, me,
                                      request.path_params["broadcast_id"]))
 
 
-@doc("A context's timeline — its tasks, messages, state changes and artifacts, oldest "
+@endpoint("A context's timeline — its tasks, messages, state changes and artifacts, oldest "
      "first, paged (?limit=, default 200; ?cursor=next_cursor) — for participants and for "
      "members of the group the context belongs to", response=ContextTimeline, auth="agent",
      tag="teams",
      params=[query_param("limit", "most entries (default 200)", minimum=1, maximum=1000),
              query_param("cursor", "next_cursor of the previous page", type_="string")])
-async def context_timeline(request: Request) -> Response:
-    me = await agent(request)
+async def context_timeline(request: Request, me: Agent) -> Response:
     context_id = valid_id("context_id", request.path_params["context_id"])
     limit = int_query(request, "limit", default=200, minimum=1, maximum=1000)
     assert limit is not None
@@ -77,15 +66,14 @@ async def context_timeline(request: Request) -> Response:
                                               request.query_params.get("cursor") or None))
 
 
-@doc("Search the directory of listed agents: ?q= words (over name, display name, skills and "
+@endpoint("Search the directory of listed agents: ?q= words (over name, display name, skills and "
      "description; ranked), ?skill= a skill id, name or tag, ?limit=, ?cursor=",
      response=DirectoryPage, auth="agent", tag="teams",
      params=[query_param("q", "words to search for", type_="string", maxLength=200),
              query_param("skill", "a skill id, name or tag", type_="string"),
              query_param("limit", "most agents (default 20)", minimum=1, maximum=100),
              query_param("cursor", "next_cursor of the previous page", type_="string")])
-async def directory_search(request: Request) -> Response:
-    await agent(request)
+async def directory_search(request: Request, me: Agent) -> Response:
     q = request.query_params
     if len(q.get("q", "")) > 200:
         raise Problem(422, "q is longer than 200 characters")
@@ -98,34 +86,30 @@ async def directory_search(request: Request) -> Response:
                                        cursor=q.get("cursor") or None))
 
 
-@doc("Group invitations waiting for your answer (another owner added you to a group; "
+@endpoint("Group invitations waiting for your answer (another owner added you to a group; "
      "each came as a group.notice \"invited\")", response=GroupInvitations, auth="agent",
      tag="teams")
-async def group_invitations(request: Request) -> Response:
-    me = await agent(request)
+async def group_invitations(request: Request, me: Agent) -> Response:
     return json(await social.group_invitations(state(request).pool, me))
 
 
-@doc("Accept an invitation: you become a member of the group", response=Membership,
+@endpoint("Accept an invitation: you become a member of the group", response=Membership,
      auth="agent", tag="teams")
-async def accept_group_invitation(request: Request) -> Response:
-    me = await agent(request)
+async def accept_group_invitation(request: Request, me: Agent) -> Response:
     s = state(request)
     return json(await social.accept_invitation(s.pool, me, request.path_params["group_id"],
                                                reach_changed=s.reach_changed))
 
 
-@doc("Reject an invitation to a group", response=GroupInvitation, auth="agent", tag="teams")
-async def reject_group_invitation(request: Request) -> Response:
-    me = await agent(request)
+@endpoint("Reject an invitation to a group", response=GroupInvitation, auth="agent", tag="teams")
+async def reject_group_invitation(request: Request, me: Agent) -> Response:
     return json(await social.reject_invitation(state(request).pool, me,
                                                request.path_params["group_id"]))
 
 
-@doc("Leave a group you are a member of, whoever owns it", auth="agent", status=204,
+@endpoint("Leave a group you are a member of, whoever owns it", auth="agent", status=204,
      tag="teams")
-async def leave_group(request: Request) -> Response:
-    me = await agent(request)
+async def leave_group(request: Request, me: Agent) -> Response:
     s = state(request)
     await social.leave_group(s.pool, me, request.path_params["group_id"],
                              reach_changed=s.reach_changed)

@@ -6,18 +6,20 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from app.api.deps import doc, int_query, json, owner, query_param, state, valid_id
 from app.responses import Timeline
 from app.services import timeline
+from app.services.principals import Owner
+from app.web.endpoint import endpoint, json, query_param
+from app.web.inputs import int_query, valid_id
+from app.web.state import state
 
 
-@doc("Message history of a context, oldest first, across tasks your agents take part in "
+@endpoint("Message history of a context, oldest first, across tasks your agents take part in "
      "(?limit=, default 200); entries pages through tasks, messages, state changes and "
      "artifacts (?cursor=next_cursor)", response=Timeline, auth="owner", tag="owners",
      params=[query_param("limit", "most messages (default 200)", minimum=1, maximum=1000),
              query_param("cursor", "next_cursor of the previous page (entries)", type_="string")])
-async def context_timeline(request: Request) -> Response:
-    me = await owner(request)
+async def context_timeline(request: Request, me: Owner) -> Response:
     context_id = valid_id("context_id", request.path_params["context_id"])
     limit = int_query(request, "limit", default=200, minimum=1, maximum=1000)
     assert limit is not None

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hmac
 
-from app.errors import forbidden
+from app.platform.errors import forbidden
 
 FIELD = "csrf"
 HEADER = "x-csrf-token"

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from app.console.web import Ctx
-from app.errors import Problem, not_found
+from app.platform.errors import Problem, not_found
 from app.responses import AgentOut, TaskDetail, TaskOut
 from app.services import accounts
 from app.services import tasks as tasks_service

@@ -11,8 +11,8 @@ from markupsafe import Markup
 
 from app.console.charts import Bar, bars
 from app.console.peer_fields import RunFacts, task_runs
+from app.domain.schemas import RunOutcome
 from app.responses.runs import RunOut, RunPage, TaskUsage, Usage
-from app.schemas import RunOutcome
 from app.services import runs as runs_service
 from app.services.principals import Owner
 from app.store import runs as runs_store

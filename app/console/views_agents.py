@@ -11,9 +11,9 @@ from app.console import flash
 from app.console.owned import my_agents
 from app.console.runs_panel import live_run, runs_panel
 from app.console.web import ActionError, Ctx, action, back, page, validated
-from app.errors import Problem
+from app.domain.schemas import AgentCreate, AgentPatch, WebhookPut
+from app.platform.errors import Problem
 from app.responses import AgentOut
-from app.schemas import AgentCreate, AgentPatch, WebhookPut
 from app.services import a2a_remotes, accounts, webhooks
 
 

@@ -13,10 +13,7 @@ import secrets
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
-from app.api.auth import client_address
-from app.api.deps import state
 from app.console import csrf
-from app.console import session as sessions
 from app.console.web import (
     SECURITY_HEADERS,
     ActionError,
@@ -26,9 +23,12 @@ from app.console.web import (
     templates,
     validated,
 )
-from app.errors import Problem, forbidden
-from app.schemas import Credentials
+from app.domain.schemas import Credentials
+from app.platform.errors import Problem, forbidden
 from app.services import accounts
+from app.web import session as sessions
+from app.web.auth import client_address
+from app.web.state import state
 
 
 def _secure(request: Request) -> bool:

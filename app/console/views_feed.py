@@ -23,11 +23,10 @@ from sse_starlette.sse import EventSourceResponse
 from starlette.requests import Request
 from starlette.responses import Response
 
-from app.console import session as sessions
 from app.console.owned import my_agents
 from app.console.web import Ctx, page, signed_in
-from app.event_wire import WireEvent
-from app.ids import is_valid_id
+from app.domain.event_wire import WireEvent
+from app.domain.ids import is_valid_id
 from app.responses import AgentOut
 from app.services import accounts
 from app.services.inbox import start_cursor
@@ -35,7 +34,8 @@ from app.services.inbox_stream import InboxStream
 from app.services.principals import Agent, Owner
 from app.services.stream import InboxReader
 from app.store import inbox as inbox_store
-from app.stream_slots import Lease
+from app.web import session as sessions
+from app.web.stream_slots import Lease
 
 log = logging.getLogger("mesh.console")
 

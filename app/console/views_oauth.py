@@ -12,17 +12,17 @@ from starlette.responses import RedirectResponse, Response
 from app.console import csrf
 from app.console.owned import my_agents
 from app.console.web import SECURITY_HEADERS, Ctx, action, back, page
-from app.errors import Problem
-from app.mcp.auth import PATH, base_url
+from app.platform.errors import Problem
 from app.services import oauth
 from app.services.oauth import Authorization, OAuthError
+from app.web.inputs import base_url
 
 FIELDS = ("response_type", "client_id", "redirect_uri", "code_challenge", "code_challenge_method",
           "resource", "scope", "state")
 
 
 def _resource(request: Request) -> str:
-    return base_url(request) + PATH
+    return base_url(request) + oauth.RESOURCE_PATH
 
 
 async def _checked(ctx: Ctx, params: dict[str, str]) -> Authorization | Response:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from starlette.responses import Response
 
 from app.console.web import ActionError, Ctx, action, back, page
-from app.errors import Problem, forbidden
+from app.platform.errors import Problem, forbidden
 from app.services import admin as admin_service
 
 

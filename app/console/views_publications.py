@@ -8,12 +8,12 @@ import re
 
 from starlette.responses import Response
 
-from app.api.deps import check_storable
 from app.console.views_agents import agent_page
 from app.console.web import ActionError, Ctx, action, back, page, validated
-from app.errors import Problem
-from app.schemas import PublicationCreate, PublicationFork
+from app.domain.schemas import PublicationCreate, PublicationFork
+from app.platform.errors import Problem
 from app.services import publications
+from app.web.inputs import check_storable
 
 PAGE_SIZE = 20
 

@@ -8,8 +8,8 @@ from starlette.responses import Response
 
 from app.console.owned import actor, as_actor, my_agents
 from app.console.web import ActionError, Ctx, action, back, page, validated
-from app.errors import Problem
-from app.schemas import FriendRequestCreate, GroupCreate, GroupMemberAdd
+from app.domain.schemas import FriendRequestCreate, GroupCreate, GroupMemberAdd
+from app.platform.errors import Problem
 from app.services import social
 
 

@@ -8,10 +8,10 @@ from starlette.responses import Response
 from app.console.owned import human, my_agents, search_across, task_of_mine, tasks_across
 from app.console.runs_panel import task_runs_view
 from app.console.web import ActionError, Ctx, action, back, page, validated
+from app.domain.ids import is_valid_id
+from app.domain.schemas import MessageIn, StatusChange, TaskCreate
 from app.domain.task_states import STATES
-from app.errors import Problem
-from app.ids import is_valid_id
-from app.schemas import MessageIn, StatusChange, TaskCreate
+from app.platform.errors import Problem
 from app.services import social, timeline
 from app.services import tasks as tasks_service
 from app.store import tasks as tasks_store

@@ -22,14 +22,14 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.templating import Jinja2Templates
 
-from app.api.deps import State, check_path_params, check_storable, state
 from app.console import csrf
-from app.console import session as sessions
 from app.console.peer_fields import link_uri
-from app.errors import Problem, validation_problem
-from app.services import accounts
+from app.platform.errors import Problem, validation_problem
 from app.services.principals import Owner
-from app.store import users as users_store
+from app.web import session as sessions
+from app.web.auth import SESSION, authenticate
+from app.web.inputs import check_path_params, check_storable
+from app.web.state import State, state
 
 M = TypeVar("M", bound=BaseModel)
 HERE = Path(__file__).parent
@@ -147,15 +147,14 @@ async def read_form(request: Request) -> dict[str, str]:
 
 
 async def signed_in(request: Request) -> tuple[Owner, sessions.Session] | None:
-    s = state(request)
-    session = await sessions.load(s.redis, request.cookies.get(sessions.COOKIE),
-                                  s.settings.console_session_ttl_seconds)
-    if session is None:
+    try:
+        who = await authenticate(request, "owner", session=True)
+    except Problem as problem:
+        if problem.status != 401:
+            raise
         return None
-    user = await users_store.by_id(s.pool, session.user_id)
-    if user is None:
-        return None
-    return Owner(user["user_id"], user["username"], accounts.is_admin(s.settings, user)), session
+    assert isinstance(who, Owner)
+    return who, request.scope[SESSION]
 
 
 def to_signin(request: Request) -> Response:

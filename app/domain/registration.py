@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app.errors import Problem
+from app.platform.errors import Problem
 
 # Names that read as the system itself or its staff: an owner called "admin" or
 # "system" could pass itself off as the operator to other owners' humans. An

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from typing import Literal, get_args
 
-from app.errors import Problem, conflict, forbidden
+from app.platform.errors import Problem, conflict, forbidden
 
 Side = Literal["initiator", "serving"]
 
-# The one list of states; request validation (app.schemas) and the sets below
+# The one list of states; request validation (app.domain.schemas) and the sets below
 # are derived from it. meshd keeps a copy pinned to these names by a test.
 TaskState = Literal["submitted", "working", "input-required", "auth-required",
                     "completed", "failed", "canceled", "rejected"]

@@ -9,20 +9,16 @@ from __future__ import annotations
 from starlette.requests import Request
 from starlette.responses import Response
 
-from app import ratelimit
-from app.api import deps
-from app.api.auth import client_address
-from app.errors import Problem
-from app.services import accounts, oauth
+from app.platform.errors import Problem
+from app.services import oauth
 from app.services.principals import Agent
+from app.web import auth
+from app.web.endpoint import json
+from app.web.inputs import base_url
 
-PATH = "/mcp"
+PATH = oauth.RESOURCE_PATH
 METADATA_PATH = "/.well-known/oauth-protected-resource"
-API_KEY_PREFIX = "mk_"
 
-
-def base_url(request: Request) -> str:
-    return str(request.base_url).rstrip("/")
 
 
 def metadata_url(request: Request) -> str:
@@ -43,43 +39,18 @@ def _quoted(text: str) -> str:
 
 async def authenticate(request: Request) -> Agent:
     """The agent the call acts as, set as the request's principal for the tools."""
-    scheme, _, token = request.headers.get("authorization", "").partition(" ")
-    token = token.strip()
-    if scheme.lower() != "bearer" or not token:
-        raise challenge(request, "send 'Authorization: Bearer <the agent's API key or token>'",
-                        error=None)
     try:
-        if token.startswith(API_KEY_PREFIX):
-            return await _by_key(request, token)
-        if oauth.looks_like_access_token(token):
-            return await _by_grant(request, token)
-        return await deps.agent(request)
+        me = await auth.authenticate(request, "agent", keys=True, resource=base_url(request) + PATH,
+                                     route=PATH)
     except Problem as p:
         if p.status != 401:
             raise
-        raise challenge(request, p.detail, error="invalid_token") from p
-
-
-async def _by_key(request: Request, api_key: str) -> Agent:
-    s = deps.state(request)
-    # The token exchange's look-up and failure throttle (ADR 032).
-    me = await accounts.agent_by_key(s.pool, api_key, address=client_address(request),
-                                     throttle=s.auth_throttle, where=" in Authorization")
-    if s.ratelimiter is not None:
-        await ratelimit.require(s.ratelimiter, me.agent_id, request.method, PATH)
-    request.scope["mesh.principal"] = me
-    return me
-
-
-async def _by_grant(request: Request, token: str) -> Agent:
-    s = deps.state(request)
-    try:
-        me = await oauth.verify(s.pool, s.settings, token, resource=base_url(request) + PATH)
-    except oauth.InvalidAccessToken as exc:
-        raise challenge(request, str(exc), error="invalid_token") from exc
-    if s.ratelimiter is not None:
-        await ratelimit.require(s.ratelimiter, me.agent_id, request.method, PATH)
-    request.scope["mesh.principal"] = me
+        sent = request.headers.get("authorization", "").partition(" ")[2].strip()
+        # RFC 6750 §3: "invalid_token" only when a credential was sent and refused.
+        raise challenge(request, p.detail if sent else
+                        "send 'Authorization: Bearer <the agent's API key or token>'",
+                        error="invalid_token" if sent else None) from p
+    assert isinstance(me, Agent)
     return me
 
 
@@ -96,4 +67,4 @@ def resource_metadata(request: Request) -> dict[str, object]:
 
 
 async def protected_resource(request: Request) -> Response:
-    return deps.json(resource_metadata(request))
+    return json(resource_metadata(request))

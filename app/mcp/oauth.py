@@ -15,13 +15,14 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from app import ratelimit
-from app.api import deps
-from app.api.auth import client_address
-from app.errors import Problem
-from app.mcp.auth import PATH, base_url
+from app.mcp.auth import PATH
+from app.platform.errors import Problem
 from app.services import oauth
 from app.services.oauth import OAuthError
+from app.web import endpoint, ratelimit
+from app.web.auth import client_address
+from app.web.inputs import base_url, check_storable
+from app.web.state import state
 
 NO_STORE = {"Cache-Control": "no-store", "Pragma": "no-cache"}
 CONSENT_PATH = "/console/oauth/authorize"
@@ -62,19 +63,19 @@ def metadata_document(request: Request) -> dict[str, Any]:
 
 
 async def server_metadata(request: Request) -> Response:
-    return deps.json(metadata_document(request))
+    return endpoint.json(metadata_document(request))
 
 
 async def _throttle(request: Request, template: str) -> None:
     """Unauthenticated endpoints: the rate limit is the caller's address's (a 429
     problem, with Retry-After; MESH_RATELIMIT_ROUTES can tighten these two)."""
-    s = deps.state(request)
+    s = state(request)
     if s.ratelimiter is not None:
         await ratelimit.require(s.ratelimiter, f"addr:{client_address(request)}", "POST", template)
 
 
 async def register(request: Request) -> Response:
-    s = deps.state(request)
+    s = state(request)
     await _throttle(request, "/oauth/register")
     try:
         raw = await request.body()
@@ -82,7 +83,7 @@ async def register(request: Request) -> Response:
             meta = json.loads(raw)
         except ValueError:
             raise OAuthError("invalid_client_metadata", "the body must be JSON client metadata") from None
-        deps.check_storable(meta)
+        check_storable(meta)
         return _answer(await oauth.register(s.pool, meta), 201)
     except OAuthError as e:
         return _refused(e)
@@ -93,10 +94,10 @@ async def register(request: Request) -> Response:
 async def authorize(request: Request) -> Response:
     """Check the request, then let the console (where the owner's session lives) ask
     the owner which agent the client may act as."""
-    s = deps.state(request)
+    s = state(request)
     params = dict(request.query_params)
     try:
-        deps.check_storable(params)
+        check_storable(params)
         auth = await oauth.check_authorization(s.pool, s.settings, params, resource=resource(request),
                                                fetch=True)
     except Problem as p:
@@ -126,7 +127,7 @@ def _hand_over(target: str) -> Response:
 
 
 async def token(request: Request) -> Response:
-    s = deps.state(request)
+    s = state(request)
     await _throttle(request, "/oauth/token")
     try:
         declared = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
@@ -135,7 +136,7 @@ async def token(request: Request) -> Response:
                                                 "application/x-www-form-urlencoded (RFC 6749 §4.1.3)")
         raw = (await request.body()).decode("utf-8", errors="replace")
         form = dict(parse_qsl(raw, keep_blank_values=True))
-        deps.check_storable(form)
+        check_storable(form)
         return _answer(await oauth.token(s.pool, s.settings, form, resource=resource(request)))
     except OAuthError as e:
         return _refused(e)

@@ -7,7 +7,7 @@ import time
 
 import asyncpg
 
-from app.errors import Problem
+from app.platform.errors import Problem
 from app.services import presence
 from app.services.principals import Agent
 

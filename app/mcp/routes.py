@@ -18,11 +18,11 @@ from starlette.requests import Request
 from starlette.routing import BaseRoute, Route
 from starlette.types import Receive, Scope, Send
 
-from app.api import deps
-from app.errors import Problem
 from app.mcp import auth, oauth, tools
 from app.mcp.presence import Heartbeats
-from app.settings import Settings
+from app.platform.errors import Problem
+from app.platform.settings import Settings
+from app.web.state import state
 from meshd.tool_server import build_server
 
 
@@ -61,7 +61,7 @@ class McpEndpoint:
         request = Request(scope, receive)
         check_origin(request, self.allowed)
         me = await auth.authenticate(request)
-        await self.heartbeats.beat(deps.state(request).pool, me)
+        await self.heartbeats.beat(state(request).pool, me)
         await self.manager.handle_request(scope, receive, send)
 
 

@@ -14,11 +14,11 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 
-from app import tracing
-from app.api import deps
-from app.errors import Problem, validation_problem
+from app.domain.schemas import BroadcastCreate, GroupMessageIn, MessageIn, StatusChange, TaskCreate
+from app.platform import tracing
+from app.platform.errors import Problem, validation_problem
+from app.platform.unavailable import is_unavailable
 from app.responses import MemberGroups
-from app.schemas import BroadcastCreate, GroupMessageIn, MessageIn, StatusChange, TaskCreate
 from app.services import (
     accounts,
     broadcasts,
@@ -31,7 +31,9 @@ from app.services import (
 )
 from app.services.principals import Agent
 from app.store import agents as agents_store
-from app.unavailable import is_unavailable
+from app.web.auth import PRINCIPAL
+from app.web.inputs import check_storable, valid_id
+from app.web.state import State, state
 from meshd.catalogue import (
     broadcast_brief,
     directory_brief,
@@ -47,9 +49,9 @@ from meshd.tool_server import Handler
 CREDENTIALS = "the bearer credential (the agent's API key or token, or the OAuth grant)"
 
 
-def _call(ctx: Any) -> tuple[deps.State, Agent, Request]:
+def _call(ctx: Any) -> tuple[State, Agent, Request]:
     request: Request = ctx.request
-    return deps.state(request), request.scope["mesh.principal"], request
+    return state(request), request.scope[PRINCIPAL], request
 
 
 def _out(value: Any) -> Any:
@@ -65,7 +67,7 @@ def _parts(text: str, data: dict[str, Any] | None) -> list[dict[str, Any]]:
 
 def _model(model: type[BaseModel], data: dict[str, Any]) -> Any:
     """The REST body the tool's arguments make, checked as REST checks it."""
-    deps.check_storable(data)
+    check_storable(data)
     try:
         return model.model_validate(data)
     except ValidationError as exc:
@@ -107,13 +109,13 @@ async def groups(ctx: Any, a: dict[str, Any]) -> Any:
 
 async def roster(ctx: Any, a: dict[str, Any]) -> Any:
     s, me, _ = _call(ctx)
-    deps.check_storable(a)
+    check_storable(a)
     return _out(await social.roster(s.pool, me, a["group_id"]))
 
 
 async def card(ctx: Any, a: dict[str, Any]) -> Any:
     s, me, _ = _call(ctx)
-    deps.check_storable(a)
+    check_storable(a)
     return _out(await social.agent_card(s.pool, me, a["agent_id"]))
 
 
@@ -151,7 +153,7 @@ async def set_status(ctx: Any, a: dict[str, Any]) -> Any:
 
 async def get_task(ctx: Any, a: dict[str, Any]) -> Any:
     s, me, _ = _call(ctx)
-    deps.check_storable(a)
+    check_storable(a)
     return task_brief(Task.from_json(_out(await tasks.get_task(s.pool, me, a["task_id"]))))
 
 
@@ -175,7 +177,7 @@ async def check_inbox(ctx: Any, a: dict[str, Any]) -> Any:
 
 async def notify_group(ctx: Any, a: dict[str, Any]) -> Any:
     s, me, _ = _call(ctx)
-    deps.check_storable(a)
+    check_storable(a)
     out = _out(await group_messages.post(s.pool, s.settings, me, a["group_id"],
                                          _model(GroupMessageIn, {"parts": _parts(a["text"], None)}),
                                          wakeup=s.wakeup))
@@ -196,15 +198,15 @@ async def broadcast(ctx: Any, a: dict[str, Any]) -> Any:
 
 async def get_timeline(ctx: Any, a: dict[str, Any]) -> Any:
     s, me, _ = _call(ctx)
-    deps.check_storable(a)
-    context_id = deps.valid_id("context_id", a["context_id"])
+    check_storable(a)
+    context_id = valid_id("context_id", a["context_id"])
     page = _out(await timeline.agent_timeline(s.pool, me, context_id, 100, a.get("cursor")))
     return {"entries": [timeline_brief(e) for e in page["entries"]], "next_cursor": page["next_cursor"]}
 
 
 async def search_directory(ctx: Any, a: dict[str, Any]) -> Any:
     s, _me, _ = _call(ctx)
-    deps.check_storable(a)
+    check_storable(a)
     page = await directory.search(s.pool, q=a["query"], skill=a.get("skill"), limit=20, cursor=None)
     return directory_brief(_out(page))
 

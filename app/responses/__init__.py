@@ -8,7 +8,7 @@ payloads (``model_dump(mode="json")``), so an object has one shape wherever it
 travels.
 
 Timestamps are serialized one way everywhere, by the function that writes an
-inbox event's ``created_at`` (``app.event_wire.format_timestamp``): ISO 8601 in
+inbox event's ``created_at`` (``app.domain.event_wire.format_timestamp``): ISO 8601 in
 UTC with microseconds (``2026-01-02T03:04:05.123456+00:00``), not pydantic's
 ``Z`` form.
 """

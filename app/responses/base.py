@@ -8,7 +8,7 @@ from typing import Annotated, Any, Self
 
 from pydantic import BaseModel, ConfigDict, PlainSerializer, WithJsonSchema
 
-from app.event_wire import format_timestamp
+from app.domain.event_wire import format_timestamp
 
 Timestamp = Annotated[datetime, PlainSerializer(format_timestamp, return_type=str, when_used="json"),
                       WithJsonSchema({"type": "string", "format": "date-time"})]

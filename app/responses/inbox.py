@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from app.responses.base import Json, Out, Timestamp
 
-# An event's bytes are written by app.event_wire alone (one form on every path);
+# An event's bytes are written by app.domain.event_wire alone (one form on every path);
 # this model only documents that form in /openapi.json.
 
 class InboxEvent(Out):

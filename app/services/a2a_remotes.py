@@ -3,7 +3,7 @@
 Registration checks the card URL by the webhook target rule, fetches the card
 through the same guard (with the owner's headers) and refuses one the bridge
 could not call; the agent and its remote are written in one transaction. The
-headers are sealed (app.webhook_signing.Sealer, a key of their own) and never
+headers are sealed (app.delivery.webhook_signing.Sealer, a key of their own) and never
 shown again: the owner sees their names. Forwarding is the ``a2a-bridge``
 process (workers/a2a_bridge.py).
 """
@@ -20,17 +20,19 @@ import httpx
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
-from app import delivery, guarded_http, ids
-from app.a2a import remote_card
-from app.errors import Problem, conflict
+from app.delivery import protocol as delivery
+from app.delivery.webhook_signing import Sealer
+from app.domain import ids
+from app.domain.schemas import AgentCreate
+from app.platform import guarded_http
+from app.platform.errors import Problem, conflict
+from app.platform.settings import Settings
+from app.platform.webhook_target import TargetRefused, check
 from app.responses import A2ARemoteOut, AgentOut
-from app.schemas import AgentCreate
+from app.services import remote_card
 from app.services.principals import Owner
-from app.settings import Settings
 from app.store import a2a_remotes as store
 from app.store import agents as agents_store
-from app.webhook_signing import Sealer
-from app.webhook_target import TargetRefused, check
 
 log = logging.getLogger("mesh.a2a_remotes")
 

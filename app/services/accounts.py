@@ -8,23 +8,22 @@ from typing import Any
 
 import asyncpg
 
-from app import ids, security
-from app.auth_throttle import AuthThrottle
-from app.domain import registration
-from app.errors import Problem, conflict, forbidden, not_found, unauthorized
+from app.domain import ids, registration
+from app.domain.schemas import AgentCreate, AgentPatch
+from app.platform.errors import Problem, conflict, forbidden, not_found, unauthorized
+from app.platform.settings import Settings
 from app.responses import AgentList, AgentOut, AgentToken, KeyInfo, NewKey, OwnerToken, Registered
-from app.schemas import AgentCreate, AgentPatch
-from app.services import a2a_remotes
+from app.services import a2a_remotes, security
+from app.services.auth_throttle import AuthThrottle
 from app.services.kdf import Kdf
 from app.services.principal_cache import PrincipalCache
 from app.services.principals import Agent, Owner
-from app.settings import Settings
 from app.store import agents as agents_store
 from app.store import keys as keys_store
 from app.store import oauth as oauth_store
 from app.store import runs as runs_store
 from app.store import users as users_store
-from app.writes import writes
+from app.store.writes import writes
 
 # Told which agent's credentials changed, after the change committed.
 AuthChanged = Callable[[str], Awaitable[None]]
@@ -198,6 +197,14 @@ async def owned_agent(pool: asyncpg.Pool | asyncpg.Connection, owner: Owner,
     if row is None:
         raise not_found(f"no agent '{agent_id}' owned by you")
     return row
+
+
+async def act_as(pool: asyncpg.Pool | asyncpg.Connection, owner: Owner,
+                 agent_id: str) -> Agent:
+    """The owner's agent ``agent_id`` as the actor of what the owner does on its
+    behalf; any other agent is "not found"."""
+    row = await owned_agent(pool, owner, agent_id)
+    return Agent(row["agent_id"], owner.user_id, row["kind"])
 
 
 async def agent_views(conn: asyncpg.Pool | asyncpg.Connection,

@@ -1,7 +1,7 @@
 """Outbox operations for admin owners: counts, dead letters, retry.
 
 A retry puts a dead letter back to ``pending`` with a fresh attempt budget in a
-unit of work (app.writes) that wakes the relays once it commits, so they pick
+unit of work (app.store.writes) that wakes the relays once it commits, so they pick
 it up at once. It cannot
 duplicate a delivery: only ``failed`` rows are flipped (a second retry of the same
 row finds it pending and does nothing), a row is relayed by one relay at a time
@@ -19,10 +19,10 @@ from datetime import UTC, datetime
 
 import asyncpg
 
-from app.errors import conflict, not_found
+from app.platform.errors import conflict, not_found
 from app.responses import DeadLetter, DeadLetterEnvelope, DeadLetters, OutboxOverview, RetriedAll, RetriedOne
 from app.store import outbox as outbox_store
-from app.writes import Wakeup, writes
+from app.store.writes import Wakeup, writes
 
 RETRY_ALL_BATCH = 1000
 

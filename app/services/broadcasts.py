@@ -20,22 +20,21 @@ from datetime import datetime
 
 import asyncpg
 
-from app import ids
-from app.domain import broadcast_policy
+from app.domain import broadcast_policy, ids
 from app.domain.permissions import can_communicate
+from app.domain.schemas import BroadcastCreate, dump_parts
 from app.domain.task_states import TERMINAL
-from app.errors import Problem, bad_request, forbidden, not_found
-from app.metrics import BROADCASTS_SETTLED
+from app.platform.errors import Problem, bad_request, forbidden, not_found
+from app.platform.metrics import BROADCASTS_SETTLED
+from app.platform.settings import Settings
 from app.responses import BroadcastOut, BroadcastRecipient, MessageOut, TaskOut
-from app.schemas import BroadcastCreate, dump_parts
 from app.services.group_messages import GROUP_BATCH, batches
 from app.services.hashing import content_hash
 from app.services.principals import Agent
-from app.settings import Settings
 from app.store import broadcasts as store
 from app.store import social as social_store
 from app.store import teams as teams_store
-from app.writes import NewEvent, RecipientMissing, Wakeup, Writes, writes
+from app.store.writes import NewEvent, RecipientMissing, Wakeup, Writes, writes
 
 
 async def _audience(conn: asyncpg.Connection, me: Agent, body: BroadcastCreate) -> list[str]:

@@ -11,7 +11,7 @@ import re
 
 import asyncpg
 
-from app import cursors
+from app.domain import cursors
 from app.responses import DirectoryEntry, DirectoryPage
 from app.store import directory as store
 

@@ -7,15 +7,15 @@ from datetime import UTC, datetime
 
 import asyncpg
 
-from app import ids
-from app.errors import forbidden, not_found
+from app.domain import ids
+from app.domain.schemas import GroupMessageIn, dump_parts
+from app.platform.errors import forbidden, not_found
+from app.platform.settings import Settings
 from app.responses import GroupMessageOut
-from app.schemas import GroupMessageIn, dump_parts
 from app.services.principals import Agent
-from app.settings import Settings
 from app.store import social as social_store
 from app.store import teams as teams_store
-from app.writes import NewEvent, Wakeup, writes
+from app.store.writes import NewEvent, Wakeup, writes
 
 # Recipients per append statement: a 10 000-member group is 20 statements in one
 # transaction, not 10 000 round trips, and no statement carries unbounded arrays.

@@ -13,13 +13,13 @@ from typing import Any
 
 import asyncpg
 
-from app import tracing
-from app.background import cancel
-from app.errors import not_found, unauthorized
-from app.event_wire import WireEvent, encode_page, traceparent_of
-from app.inbox_hub import LONG_POLL, InboxHub
-from app.metrics import E2E_LATENCY, LONGPOLL_WAITING
-from app.retry import Backoff
+from app.delivery.inbox_hub import LONG_POLL, InboxHub
+from app.domain.event_wire import WireEvent, encode_page, traceparent_of
+from app.platform import tracing
+from app.platform.background import cancel
+from app.platform.errors import not_found, unauthorized
+from app.platform.metrics import E2E_LATENCY, LONGPOLL_WAITING
+from app.platform.retry import Backoff
 from app.services import accounts
 from app.services.principals import Agent
 from app.store import agents as agents_store

@@ -29,15 +29,15 @@ from typing import Protocol
 import asyncpg
 import redis.asyncio as aioredis
 
-from app.event_wire import WireEvent
-from app.inbox_hub import InboxHub, Waiter
-from app.metrics import SSE_CONNECTIONS
+from app.delivery.inbox_hub import InboxHub, Waiter
+from app.domain.event_wire import WireEvent
+from app.platform.metrics import SSE_CONNECTIONS
+from app.platform.settings import Settings
+from app.platform.unavailable import UNAVAILABLE, is_unavailable
 from app.services import accounts, inbox
 from app.services.principals import Agent
 from app.services.stream import InboxReader
-from app.settings import Settings
 from app.store import inbox as inbox_store
-from app.unavailable import UNAVAILABLE, is_unavailable
 
 log = logging.getLogger("mesh.sse")
 
@@ -66,7 +66,7 @@ class SystemClock:
 
 
 class Connection(Protocol):
-    """The client's end of a stream (app.sse_response.Client)."""
+    """The client's end of a stream (app.web.sse_response.Client)."""
 
     async def wait(self, waiter: Waiter, timeout: float) -> bool | None:
         """As :meth:`Clock.wait`, and None as soon as the client has left."""

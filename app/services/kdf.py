@@ -13,9 +13,9 @@ import asyncio
 from collections.abc import Callable
 from typing import TypeVar
 
-from app import security
-from app.errors import Problem
-from app.settings import Settings
+from app.platform.errors import Problem
+from app.platform.settings import Settings
+from app.services import security
 
 T = TypeVar("T")
 

@@ -29,14 +29,15 @@ from authlib.oauth2.rfc7591 import ClientMetadataClaims
 from authlib.oauth2.rfc7636 import create_s256_code_challenge
 from joserfc.errors import JoseError  # what authlib's claim checks raise
 
-from app import webhook_target
-from app.errors import not_found
+from app.platform import webhook_target
+from app.platform.errors import not_found
+from app.platform.settings import Settings
 from app.services import accounts
 from app.services.principals import Agent, Owner
-from app.settings import Settings
 from app.store import oauth as store
 
 SCOPE = "mcp"
+RESOURCE_PATH = "/mcp"  # the one resource tokens are issued for: the remote MCP endpoint
 TOKEN_TYPE = "oauth"
 _VERIFIER = re.compile(r"[A-Za-z0-9\-._~]{43,128}")
 _FORBIDDEN_SCHEMES = {"javascript", "data", "file", "vbscript", "about", "blob"}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncpg
 
-from app.errors import not_found
+from app.platform.errors import not_found
 from app.responses import Presence
 from app.services.principals import Agent
 from app.store import agents as agents_store

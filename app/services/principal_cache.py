@@ -3,7 +3,7 @@
 Authenticating a request used to cost a JWT decode and a Postgres round trip
 (is the key still live, does the agent still exist). Here a token that
 resolved once maps to its principal until the token expires, the TTL safety
-net runs out, or a credential notice (app.delivery ``"{agent_id} auth"``:
+net runs out, or a credential notice (app.delivery.protocol ``"{agent_id} auth"``:
 a key revoked, the agent deleted) drops every entry of that agent — in every
 web process at once, since each hears the notice on its InboxHub subscription.
 Only successes are cached: a refused token always goes to Postgres again.
@@ -16,9 +16,9 @@ from collections.abc import Awaitable, Callable
 
 import redis.asyncio as aioredis
 
-from app.cache import BoundedCache
-from app.delivery import Notice
-from app.inbox_hub import publish_auth_change
+from app.delivery.inbox_hub import publish_auth_change
+from app.delivery.protocol import Notice
+from app.platform.cache import BoundedCache
 from app.services.principals import Agent, Owner
 
 
@@ -79,7 +79,7 @@ class PrincipalCache:
         if self._redis is not None:
             await publish_auth_change(self._redis, agent_id)
 
-    # --- app.inbox_hub.NoticeListener ---------------------------------------------
+    # --- app.delivery.inbox_hub.NoticeListener ---------------------------------------------
 
     def notice(self, notice: Notice) -> None:
         if notice.auth:

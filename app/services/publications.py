@@ -16,12 +16,12 @@ from typing import Any
 
 import asyncpg
 
-from app import cursors, ids
-from app.errors import Problem, conflict, not_found
+from app.domain import cursors, ids
+from app.domain.schemas import PublicationCreate
+from app.platform.errors import Problem, conflict, not_found
+from app.platform.settings import Settings
 from app.responses import AgentOut, PublicationOut, PublicationPage
-from app.schemas import PublicationCreate
 from app.services.principals import Owner
-from app.settings import Settings
 from app.store import agents as agents_store
 from app.store import publications as store
 
@@ -43,7 +43,7 @@ def _out(row: asyncpg.Record, me: Owner) -> PublicationOut:
 
 
 def check_limits(settings: Settings, body: PublicationCreate) -> None:
-    """The operator's limits (app.settings), at most the schema's ceilings; a 422
+    """The operator's limits (app.platform.settings), at most the schema's ceilings; a 422
     naming each field that is over, like a validation error."""
     errors: list[dict[str, Any]] = []
     if len(body.title) > settings.publication_title_max:

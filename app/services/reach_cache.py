@@ -3,7 +3,7 @@
 The relationship facts a send is decided on (app.domain.permissions,
 app.store.social.relationships) change rarely and are read on every task
 create. Here they are kept per (sender, recipient) pair until a reach notice
-(app.delivery ``reach_notice``) or a credential notice (an agent deleted)
+(app.delivery.protocol ``reach_notice``) or a credential notice (an agent deleted)
 drops them all — in every web process, through its InboxHub subscription.
 Dropping all, not the pair: a friendship also changes what its owners'
 virtual users may reach (permissions.speaks_for_own_agents), and reach
@@ -19,10 +19,10 @@ from collections.abc import Awaitable, Callable
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
-from app.cache import BoundedCache
-from app.delivery import Notice, reach_notice
+from app.delivery.inbox_hub import publish_cache_change
+from app.delivery.protocol import Notice, reach_notice
 from app.domain.permissions import Relationship
-from app.inbox_hub import publish_cache_change
+from app.platform.cache import BoundedCache
 
 log = logging.getLogger("mesh.cache")
 
@@ -69,7 +69,7 @@ class ReachCache:
         if self._redis is not None:
             await publish_reach_change(self._redis)
 
-    # --- app.inbox_hub.NoticeListener ---------------------------------------------
+    # --- app.delivery.inbox_hub.NoticeListener ---------------------------------------------
 
     def notice(self, notice: Notice) -> None:
         if notice.auth or notice.reach:

@@ -15,8 +15,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from app.errors import Problem, conflict
-from app.metrics import DEDUP_HITS
+from app.platform.errors import Problem, conflict
+from app.platform.metrics import DEDUP_HITS
 
 
 class Replay(Exception):

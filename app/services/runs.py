@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import asyncpg
 
-from app import cursors
+from app.domain import cursors
+from app.domain.schemas import RunReport
 from app.responses.runs import RunOut, RunPage, TaskUsage, Usage, UsageDay
-from app.schemas import RunReport
 from app.services import accounts
 from app.services.principals import Agent, Owner
 from app.store import runs as runs_store

@@ -6,9 +6,10 @@ from typing import Any
 
 import asyncpg
 
-from app import ids
+from app.domain import ids
 from app.domain.permissions import can_communicate, implicitly_friends
-from app.errors import Problem, bad_request, conflict, forbidden, not_found
+from app.platform.errors import Problem, bad_request, conflict, forbidden, not_found
+from app.platform.settings import Settings
 from app.responses import (
     AgentCard,
     Friend,
@@ -25,11 +26,10 @@ from app.responses import (
 )
 from app.services.principals import Agent, Owner
 from app.services.reach_cache import ReachChanged
-from app.settings import Settings
 from app.store import agents as agents_store
 from app.store import directory as directory_store
 from app.store import social as social_store
-from app.writes import NewEvent, RecipientMissing, Wakeup, Writes, writes
+from app.store.writes import NewEvent, RecipientMissing, Wakeup, Writes, writes
 
 
 def friend_request(row: asyncpg.Record, **override: Any) -> FriendRequestOut:

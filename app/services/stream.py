@@ -1,13 +1,13 @@
 """Strictly ordered reading of one agent's inbox for a live stream (SSE).
 
 Postgres is the history; the agent's Redis Stream (written by the push worker,
-app.delivery) is the fast path. The reader first catches up from Postgres,
+app.delivery.protocol) is the fast path. The reader first catches up from Postgres,
 then tails Redis. Whenever the next entry it sees is not ``last+1`` — the push
 worker skipped it, Redis lost it, or a relay published out of order — it fills
 the gap from Postgres before going on. So a connection delivers every seq once,
 in order: never a skip, never a repeat.
 
-Events are :class:`~app.event_wire.WireEvent`: a Redis entry's bytes are passed
+Events are :class:`~app.domain.event_wire.WireEvent`: a Redis entry's bytes are passed
 on as the relay encoded them, never parsed and re-encoded here.
 """
 
@@ -20,9 +20,9 @@ import asyncpg
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
-from app import delivery
-from app.event_wire import WireEvent
-from app.metrics import SSE_GAP_FILLS
+from app.delivery import protocol as delivery
+from app.domain.event_wire import WireEvent
+from app.platform.metrics import SSE_GAP_FILLS
 from app.store import inbox as inbox_store
 
 log = logging.getLogger("mesh.stream")

@@ -20,8 +20,8 @@ from collections.abc import Sequence
 
 import asyncpg
 
-from app.metrics import TASK_CREATE_STATEMENTS
-from app.writes import NewTask, Wakeup, writes
+from app.platform.metrics import TASK_CREATE_STATEMENTS
+from app.store.writes import NewTask, Wakeup, writes
 
 
 async def write(pool: asyncpg.Pool, topic: str, wakeup: Wakeup | None,

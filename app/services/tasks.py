@@ -10,10 +10,12 @@ from typing import Any
 
 import asyncpg
 
-from app import cursors, ids, tracing
-from app.domain import task_states
+from app.domain import cursors, ids, task_states
 from app.domain.permissions import can_communicate, is_participant, side_of
-from app.errors import bad_request, conflict, forbidden, not_found
+from app.domain.schemas import ArtifactIn, MessageIn, StatusChange, TaskCreate, dump_parts
+from app.platform import tracing
+from app.platform.errors import bad_request, conflict, forbidden, not_found
+from app.platform.settings import Settings
 from app.responses import (
     ArtifactOut,
     MessageOut,
@@ -24,7 +26,6 @@ from app.responses import (
     TaskPage,
     TaskWithMessage,
 )
-from app.schemas import ArtifactIn, MessageIn, StatusChange, TaskCreate, dump_parts
 from app.services import broadcasts, task_creates
 from app.services import runs as runs_service
 from app.services.hashing import content_hash
@@ -32,11 +33,10 @@ from app.services.principals import Agent
 from app.services.reach_cache import ReachCache
 from app.services.replay import Replay, message_id_reused, same_request
 from app.services.task_creates import CreateBatcher
-from app.settings import Settings
 from app.store import inbox as inbox_store
 from app.store import social as social_store
 from app.store import tasks as tasks_store
-from app.writes import NewEvent, NewTask, RecipientMissing, Wakeup, Writes, writes
+from app.store.writes import NewEvent, NewTask, RecipientMissing, Wakeup, Writes, writes
 
 
 def _role(sender: str, task: asyncpg.Record | dict[str, Any]) -> str:

@@ -18,7 +18,7 @@ from typing import Any
 
 import asyncpg
 
-from app.errors import bad_request, not_found
+from app.platform.errors import bad_request, not_found
 from app.responses import (
     ArtifactOut,
     ContextTimeline,

@@ -14,15 +14,15 @@ import asyncpg
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
-from app import delivery
-from app.errors import Problem, not_found
+from app.delivery import protocol as delivery
+from app.delivery.webhook_signing import Sealer, new_secret
+from app.platform.errors import Problem, not_found
+from app.platform.settings import Settings
+from app.platform.webhook_target import TargetRefused, check
 from app.responses.webhooks import WebhookCreated, WebhookOut, WebhookStatus
 from app.services import accounts
 from app.services.principals import Owner
-from app.settings import Settings
 from app.store import webhooks as webhooks_store
-from app.webhook_signing import Sealer, new_secret
-from app.webhook_target import TargetRefused, check
 
 log = logging.getLogger("mesh.webhooks")
 

@@ -4,11 +4,11 @@ One statement does it all, inside the caller's transaction: it locks the
 recipients' counter rows in agent_id order (so two writes reaching the same
 agents can never deadlock), bumps each counter by one, inserts the inbox
 events with those seqs and one outbox row per event for the relay. The
-relay is woken after the commit (app.after_commit), not from inside it.
+relay is woken after the commit (app.delivery.after_commit), not from inside it.
 
 The outbox row carries only the event's envelope (seq, event_id, type, ids),
 never its content or a wire form: the relay's claim joins the inbox row back
-and encodes it with app.event_wire, like every other delivery path (ADR 014).
+and encodes it with app.domain.event_wire, like every other delivery path (ADR 014).
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from typing import Any
 
 import asyncpg
 
-from app import tracing
-from app.ids import new_event_id
+from app.domain.ids import new_event_id
+from app.platform import tracing
 
 WAKEUP_CHANNEL = "mesh_outbox"
 

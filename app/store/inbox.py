@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncpg
 
-from app.event_wire import EVENT_COLUMNS, WireEvent, wire_event
+from app.domain.event_wire import EVENT_COLUMNS, WireEvent, wire_event
 
 Conn = asyncpg.Connection | asyncpg.Pool
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import asyncpg
 
-from app.event_wire import encode_event, format_timestamp
+from app.domain.event_wire import encode_event, format_timestamp
 
 Conn = asyncpg.Connection | asyncpg.Pool
 

@@ -9,8 +9,8 @@ from typing import Any
 
 import asyncpg
 
-from app import fastjson
 from app.domain.task_states import INITIAL, OPEN
+from app.platform import fastjson
 from app.store import events as events_store
 
 Conn = asyncpg.Connection | asyncpg.Pool

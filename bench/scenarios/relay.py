@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import asyncpg
 
-from app.settings import Settings
+from app.platform.settings import Settings
 from app.store.events import WAKEUP_CHANNEL
 from bench.client import now
 from bench.env import Env

@@ -28,8 +28,8 @@ import asyncpg
 import httpx
 import redis.asyncio as aioredis
 
-from app import delivery
-from app.webhook_signing import Sealer, new_secret
+from app.delivery import protocol as delivery
+from app.delivery.webhook_signing import Sealer, new_secret
 from bench.client import Client, HttpError, now
 from bench.load import Agent, Cast, new_message_id, send
 from bench.stats import Dist

@@ -39,7 +39,7 @@ locals {
   # X-Forwarded-* from the load balancer only, and gives open SSE streams 30 s
   # to end on SIGTERM (clients resume from Last-Event-ID on another task).
   commands = {
-    release = ["python", "-m", "app.migrate"]
+    release = ["python", "-m", "app.platform.migrate"]
     web = [
       "uvicorn", "app.main:create_app", "--factory", "--host", "0.0.0.0", "--port", "8080",
       "--no-access-log", "--proxy-headers", "--forwarded-allow-ips", local.forwarded_allow_ips,

@@ -11,7 +11,7 @@ import httpx
 from playwright.async_api import expect
 
 from app.console.routes import console_routes
-from app.settings import Settings
+from app.platform.settings import Settings
 from tests.console.helpers import PASSWORD, create_agent, register
 
 MIB = 1024 * 1024

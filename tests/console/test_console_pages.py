@@ -15,7 +15,7 @@ import pytest
 from httpx_sse import aconnect_sse
 from playwright.async_api import expect
 
-from app.settings import Settings
+from app.platform.settings import Settings
 from tests.api_helpers import ok
 from tests.console.browser import shoot
 from tests.console.helpers import PASSWORD, create_agent, register, session_cookie, sign_in

@@ -12,7 +12,7 @@ import pytest
 import redis.asyncio as aioredis
 from playwright.async_api import Page, expect
 
-from app.settings import Settings
+from app.platform.settings import Settings
 from tests.console.helpers import PASSWORD, create_agent, register, session_cookie
 from tests.support.isolated import wait_until
 from tests.support.servers import serve_app

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from app.settings import Settings
+from app.platform.settings import Settings
 from devstack.process import free_port
 
 REPO = Path(__file__).resolve().parents[2]

@@ -20,7 +20,7 @@ from typing import Protocol
 import httpx
 import redis.asyncio as aioredis
 
-from app.settings import Settings
+from app.platform.settings import Settings
 from devstack.stack import Stack
 from tests.support.load import SendLog
 from tests.support.meshapi import AgentHandle

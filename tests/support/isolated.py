@@ -21,8 +21,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 
-from app.migrate import ensure_database, migrate
-from app.settings import Settings
+from app.platform.migrate import ensure_database, migrate
+from app.platform.settings import Settings
 from workers import relay as relay_worker
 from workers.bus import BusOptions, Publisher
 from workers.runtime import opened

@@ -11,7 +11,7 @@ import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-from app.settings import Settings
+from app.platform.settings import Settings
 from tests.support.isolated import bus_options
 from tests.support.servers import serve_app
 from workers import push as push_worker

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from app.settings import Settings
+from app.platform.settings import Settings
 from devstack import procfile
 from devstack.process import free_port, port_open
 

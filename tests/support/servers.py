@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 import uvicorn
 
 from app.main import create_app
-from app.settings import Settings
+from app.platform.settings import Settings
 from devstack.process import free_port
 
 

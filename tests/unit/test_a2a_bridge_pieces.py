@@ -8,9 +8,9 @@ from a2a.client.errors import A2AClientError
 from a2a.types.a2a_pb2 import Part, Role
 from a2a.utils.errors import InternalError, InvalidParamsError
 
-from app import ids
 from app.a2a.writeback import _path, mesh_id, parts_from_a2a
-from app.webhook_target import TargetRefused
+from app.domain import ids
+from app.platform.webhook_target import TargetRefused
 from workers.a2a_bridge import outbound, transient
 
 

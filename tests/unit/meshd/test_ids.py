@@ -1,6 +1,6 @@
 import re
 
-from app.ids import is_valid_id  # the gateway's rule: what it accepts is what we generate
+from app.domain.ids import is_valid_id  # the gateway's rule: what it accepts is what we generate
 from meshd.ids import (
     base36,
     derived_message_id,

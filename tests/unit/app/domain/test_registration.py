@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from app.domain.registration import RESERVED_USERNAMES, check
-from app.errors import Problem
+from app.platform.errors import Problem
 
 
 def _refusal(username: str, password: str, admins: list[str] | None = None) -> Problem:

@@ -9,10 +9,10 @@ import pytest
 from pydantic import ValidationError
 
 from app.domain import task_states
-from app.errors import Problem
-from app.event_wire import format_timestamp
+from app.domain.event_wire import format_timestamp
+from app.domain.schemas import StatusChange
+from app.platform.errors import Problem
 from app.responses import TaskOut
-from app.schemas import StatusChange
 from tests.api_helpers import ALLOWED
 
 SIDES = ("initiator", "serving")

@@ -1,4 +1,4 @@
-"""The web path caches (app.cache, app.services.principal_cache, reach_cache) on
+"""The web path caches (app.platform.cache, app.services.principal_cache, reach_cache) on
 their own: bounds, expiry on a hand-moved clock, notices, and the race of an
 invalidation against a lookup in flight. The loaders are the caches' own
 seam (what Postgres would answer), counted to see what was served from memory."""
@@ -8,10 +8,10 @@ from __future__ import annotations
 import asyncio
 import time
 
-from app.cache import BoundedCache
-from app.delivery import Notice, parse_notice, reach_notice
+from app.delivery.protocol import Notice, parse_notice, reach_notice
+from app.domain.ids import is_valid_id
 from app.domain.permissions import Relationship
-from app.ids import is_valid_id
+from app.platform.cache import BoundedCache
 from app.services.principal_cache import PrincipalCache
 from app.services.principals import Agent, Owner
 from app.services.reach_cache import ReachCache

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
 
-from app.event_wire import WireEvent
-from app.inbox_hub import InboxHub, Waiter
+from app.delivery.inbox_hub import InboxHub, Waiter
+from app.domain.event_wire import WireEvent
+from app.platform.settings import Settings
 from app.services.inbox_stream import KEEP_ALIVE, InboxStream, Recheck, StreamItem
 from app.services.principals import Agent
-from app.settings import Settings
 
 AGENT = "b@bob"
 SETTINGS = Settings(sse_keepalive_seconds=15, sse_recheck_seconds=30,
@@ -209,7 +209,7 @@ async def test_a_client_that_leaves_ends_the_stream_without_a_receipt() -> None:
 
     class LeavingClient:
         """Its waits are the clock's until the client leaves (then None, as
-        app.sse_response.Client returns on http.disconnect)."""
+        app.web.sse_response.Client returns on http.disconnect)."""
 
         gone = False
 

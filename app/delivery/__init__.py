@@ -1,0 +1,1 @@
+"""Delivery between processes: protocol names, the notice hub, the after-commit signal."""

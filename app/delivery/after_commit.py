@@ -1,0 +1,131 @@
+"""The web process's one after-commit signal: commit notices and the relays' wake-up.
+
+The write unit of work (app.store.writes) calls :meth:`AfterCommit.wake` after each
+commit that appended inbox events or re-queued outbox rows; it never blocks.
+One background task then sends everything noted since its previous round:
+
+* a **commit notice** per recipient (app.delivery.protocol.commit_notice), so parked
+  long-polls on every web process answer at once (ADR 021) — this process's
+  own long-polls are woken in :meth:`wake` already, through the hub;
+* the **relays' wake-up**: in the same Redis pipeline when there is a relay
+  channel (ADR 029: at a trickle a send then costs the web one Redis round
+  trip), otherwise — and for a commit without recipients, and for a round
+  Redis refuses — one Postgres NOTIFY for everything committed since the last.
+
+A ``pg_notify`` inside every write transaction would make their commits queue
+behind Postgres's single notification lock (pgbench: 0.36× the rate without
+it); coalescing here makes that a handful of NOTIFYs a second under load. If
+the process dies between commit and round, the relay's 1 s sweep finds the rows
+and long-polls re-read on their own timer: a lost signal delays, never loses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Collection
+
+import asyncpg
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError
+
+from app.delivery.inbox_hub import InboxHub
+from app.delivery.protocol import NOTIFY_CHANNEL, commit_notice
+from app.platform.background import cancel
+from app.platform.metrics import RELAY_WAKEUPS
+from app.platform.retry import Backoff
+from app.store.outbox import wake_relay
+
+log = logging.getLogger("mesh.after_commit")
+
+_POSTGRES_ERRORS = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError)
+
+
+class AfterCommit:
+    STOP_SECONDS = 1.0  # a last round at shutdown must not hang on a stuck Redis
+
+    def __init__(self, pool: asyncpg.Pool, redis: aioredis.Redis | None = None,
+                 hub: InboxHub | None = None, relay_channel: str | None = None) -> None:
+        self._pool = pool
+        self._redis = redis
+        self._hub = hub
+        # Relays hear the Redis round only when there is a Redis and a channel.
+        self._relay_channel = relay_channel if redis is not None else None
+        self._recipients: set[str] = set()
+        self._notify = False  # a Postgres NOTIFY is owed to the relays
+        self._ready = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self.notifies = 0  # NOTIFYs sent (tests count them)
+
+    def wake(self, recipients: Collection[str] = ()) -> None:
+        """Non-blocking: the outbox changed; ``recipients`` received inbox events."""
+        for agent_id in recipients:
+            if self._hub is not None:
+                self._hub.wake(agent_id, committed=True)
+        if self._redis is not None:
+            self._recipients.update(recipients)
+        if not recipients or self._relay_channel is None:
+            self._notify = True
+        self._ready.set()
+
+    async def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="after-commit")
+
+    async def stop(self) -> None:
+        await cancel(self._task)
+        self._task = None
+        # The last commits' long-polls and relays: one bounded round.
+        with contextlib.suppress(RedisError, *_POSTGRES_ERRORS, TimeoutError):
+            async with asyncio.timeout(self.STOP_SECONDS):
+                await self._round()
+
+    async def _round(self) -> None:
+        agents, self._recipients = self._recipients, set()
+        try:
+            if agents:
+                await self._publish(agents)
+        except BaseException:
+            self._recipients |= agents  # still worth waking once Redis answers
+            if self._relay_channel is not None:
+                self._notify = True  # the rows are committed: wake the relays now
+            await self._notify_relays()
+            raise
+        await self._notify_relays()
+
+    async def _publish(self, agents: set[str]) -> None:
+        assert self._redis is not None
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for agent_id in agents:
+                pipe.publish(NOTIFY_CHANNEL, commit_notice(agent_id))
+            if self._relay_channel is not None:
+                pipe.publish(self._relay_channel, b"")
+            await pipe.execute()
+        if self._relay_channel is not None:
+            RELAY_WAKEUPS.labels(via="redis").inc()
+
+    async def _notify_relays(self) -> None:
+        if not self._notify:
+            return
+        self._notify = False
+        try:
+            await wake_relay(self._pool)
+        except BaseException:
+            self._notify = True
+            raise
+        self.notifies += 1
+        RELAY_WAKEUPS.labels(via="notify").inc()
+
+    async def _run(self) -> None:
+        backoff = Backoff("after_commit", logger=log)
+        while True:
+            await self._ready.wait()
+            self._ready.clear()
+            try:
+                await self._round()
+                backoff.reset()
+            except (RedisError, *_POSTGRES_ERRORS) as exc:
+                # Whatever fails here, the relay's sweep and the long-polls'
+                # re-reads still find the rows.
+                self._ready.set()
+                await backoff.wait(f"could not signal after a commit ({exc})")

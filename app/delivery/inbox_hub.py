@@ -1,0 +1,192 @@
+"""Wake-ups for waiting inbox readers (SSE streams and long-polls).
+
+The push worker PUBLISHes a notice (app.delivery.protocol) on one Redis channel after it
+writes an event to the agent's stream. Each web process holds ONE subscriber
+connection and wakes its local waiters for that agent — so thousands of idle
+streams cost one Redis connection, not one each.
+
+A long-poll reads Postgres, so it need not wait for the relay and the push
+worker: the web process that committed an event also publishes a commit notice
+(app.delivery.after_commit, driven by app.store.writes), which wakes only the waiters of
+kind ``LONG_POLL`` — a stream waiter woken by it would find its Redis stream
+still without the event.
+
+A notification is only a hint: readers always re-read their source. When the
+subscription breaks (Redis restart) every waiter is woken once after
+reconnecting, since notifications may have been missed meanwhile.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import defaultdict
+from collections.abc import AsyncIterator, Callable
+from typing import Literal, Protocol
+
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError
+
+from app.delivery.protocol import (
+    CACHE_EPOCH_KEY,
+    NOTIFY_CHANNEL,
+    Notice,
+    auth_notice,
+    parse_notice,
+)
+from app.delivery.redis_follow import follow
+from app.platform.background import cancel
+from app.platform.retry import Backoff
+
+log = logging.getLogger("mesh.hub")
+
+
+async def publish_auth_change(redis: aioredis.Redis, agent_id: str) -> None:
+    """Tell every web process that an agent's credentials changed (a key revoked,
+    the agent deleted): its open streams re-check them now and end if invalid.
+    Best effort — open streams also re-check on their own every few minutes."""
+    try:
+        await publish_cache_change(redis, auth_notice(agent_id))
+    except (RedisError, OSError) as exc:
+        log.warning("could not publish the credential change of %s: %s", agent_id, exc)
+
+
+async def publish_cache_change(redis: aioredis.Redis, notice: str) -> None:
+    """Move the cache epoch, then publish ``notice``: one round trip, in that order
+    (see app.delivery.protocol.CACHE_EPOCH_KEY)."""
+    async with redis.pipeline(transaction=False) as pipe:
+        pipe.incr(CACHE_EPOCH_KEY)
+        pipe.publish(NOTIFY_CHANNEL, notice)
+        await pipe.execute()
+
+
+# What a waiter reads: Postgres (woken by commit notices too) or the Redis stream.
+WaiterKind = Literal["long-poll", "stream"]
+LONG_POLL: WaiterKind = "long-poll"
+STREAM: WaiterKind = "stream"
+
+
+class Waiter:
+    """One reader's wake-up flag; set by the hub, cleared by the reader."""
+
+    __slots__ = ("_event", "_woken", "agent_id", "auth_changed", "kind", "on_wake")
+
+    def __init__(self, agent_id: str, kind: WaiterKind = STREAM) -> None:
+        self.agent_id = agent_id
+        self.kind = kind
+        # Made by the first wait(): an SSE stream never calls it (it waits in the
+        # client's receive() and hears on_wake), and ten thousand idle streams
+        # would each hold an unused asyncio.Event (~1 KB).
+        self._event: asyncio.Event | None = None
+        self._woken = False
+        self.auth_changed = False
+        # A reader that waits on something else too (an SSE stream waits in the
+        # client's receive(), app.web.sse_response) is told here instead of by wait().
+        self.on_wake: Callable[[], None] | None = None
+
+    def wake(self, *, auth: bool = False) -> None:
+        if auth:
+            self.auth_changed = True
+        self._woken = True
+        if self._event is not None:
+            self._event.set()
+        if self.on_wake is not None:
+            self.on_wake()
+
+    async def wait(self, timeout: float) -> bool:
+        """True when woken (also before the call), False on timeout. Clears the
+        flag either way."""
+        if self._woken:
+            self._woken = False
+            return True
+        if self._event is None:
+            self._event = asyncio.Event()
+        # asyncio.timeout, not wait_for: wait_for wraps the wait in a Task of its
+        # own on 3.11, which thousands of idle streams would each keep alive.
+        try:
+            async with asyncio.timeout(timeout):
+                await self._event.wait()
+            return True
+        except TimeoutError:
+            return False
+        finally:
+            self._woken = False
+            self._event.clear()
+
+
+class NoticeListener(Protocol):
+    """Something else in the process that follows the notices (a cache to invalidate)."""
+
+    def notice(self, notice: Notice) -> None: ...
+
+    def reset(self) -> None:
+        """The subscription was (re)established: notices may have been missed."""
+
+
+class InboxHub:
+    def __init__(self, redis_url: str) -> None:
+        self._redis_url = redis_url
+        self._waiters: dict[str, set[Waiter]] = defaultdict(set)
+        self._listeners: list[NoticeListener] = []
+        self._task: asyncio.Task[None] | None = None
+        self.connected = asyncio.Event()
+
+    async def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="inbox-hub")
+
+    async def stop(self) -> None:
+        await cancel(self._task)
+        self._task = None
+
+    @contextlib.asynccontextmanager
+    async def watch(self, agent_id: str, kind: WaiterKind = STREAM) -> AsyncIterator[Waiter]:
+        """Register before reading the source, so no event slips between the
+        read and the wait."""
+        waiter = Waiter(agent_id, kind)
+        self._waiters[agent_id].add(waiter)
+        try:
+            yield waiter
+        finally:
+            waiters = self._waiters.get(agent_id)
+            if waiters is not None:
+                waiters.discard(waiter)
+                if not waiters:
+                    del self._waiters[agent_id]
+
+    def add_listener(self, listener: NoticeListener) -> None:
+        """Hand every notice to ``listener`` too (called in the hub's task; must not block)."""
+        self._listeners.append(listener)
+
+    def watching(self) -> int:
+        return sum(len(w) for w in self._waiters.values())
+
+    def wake(self, agent_id: str, *, auth: bool = False, committed: bool = False) -> None:
+        """Wake this process's waiters of ``agent_id`` (as a notice does); a commit
+        notice wakes only the long-polls."""
+        for waiter in self._waiters.get(agent_id, ()):
+            if committed and waiter.kind != LONG_POLL:
+                continue
+            waiter.wake(auth=auth)
+
+    def _wake_all(self) -> None:
+        for waiters in self._waiters.values():
+            for waiter in waiters:
+                waiter.wake()
+
+    async def _run(self) -> None:
+        await follow(self._redis_url, NOTIFY_CHANNEL, Backoff("inbox_hub", logger=log),
+                     on_message=self._notice, on_subscribed=self._subscribed,
+                     on_lost=self.connected.clear)
+
+    def _subscribed(self) -> None:
+        self.connected.set()
+        for listener in self._listeners:
+            listener.reset()
+        self._wake_all()
+
+    def _notice(self, data: bytes) -> None:
+        notice = parse_notice(data)
+        for listener in self._listeners:
+            listener.notice(notice)
+        self.wake(notice.agent_id, auth=notice.auth, committed=notice.committed)

@@ -1,0 +1,1 @@
+"""What every process shares: settings, Postgres, metrics, logging, tracing, retries."""
