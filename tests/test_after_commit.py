@@ -138,7 +138,7 @@ def test_events_are_appended_only_through_the_unit_of_work() -> None:
     write events without the after-commit wake-up."""
     from pathlib import Path
 
-    root = Path(writes_module.__file__).resolve().parents[1]
+    root = Path(writes_module.__file__).resolve().parents[2]
     callers = sorted(
         str(path.relative_to(root)) for folder in ("app", "cron", "workers")
         for path in (root / folder).rglob("*.py")
