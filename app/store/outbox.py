@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
 
 import asyncpg
 
-from app.domain.event_wire import encode_event, format_timestamp
+from app.domain.event_wire import encode_event
 
 Conn = asyncpg.Connection | asyncpg.Pool
 
@@ -102,10 +101,6 @@ async def mark_failed_attempts(conn: asyncpg.Connection, ids: Sequence[int], err
         """, list(ids), list(errors), list(dead), base_seconds)
 
 
-async def pending_count(conn: Conn) -> int:
-    return int(await conn.fetchval("SELECT count(*) FROM outbox_events WHERE status = 'pending'"))
-
-
 async def open_counts(conn: Conn) -> tuple[int, int]:
     """(pending, failed), each an index-only count over its partial index —
     cheap enough for a gauge, unlike a GROUP BY over every sent row kept."""
@@ -148,25 +143,6 @@ async def retry_dead(conn: Conn, ids: Sequence[int] | None) -> int:
             "UPDATE outbox_events SET status = 'pending', attempts = 0, next_attempt_at = now() "
             "WHERE status = 'failed' AND id = ANY($1::bigint[])", list(ids))
     return int(result.split()[-1])
-
-
-async def delete_sent_before(conn: Conn, days: float, batch: int) -> int:
-    """Delete one bounded batch of old sent rows (short locks; cron loops)."""
-    result = await conn.execute(
-        """
-        DELETE FROM outbox_events WHERE id IN (
-            SELECT id FROM outbox_events
-            WHERE status = 'sent' AND sent_at < now() - make_interval(days => $1::int)
-            ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED)
-        """, int(days), batch)
-    return int(result.split()[-1])
-
-
-def row_json(row: asyncpg.Record) -> dict[str, Any]:
-    return {"id": row["id"], "topic": row["topic"], "key": row["key"],
-            "attempts": row["attempts"], "last_error": row["last_error"],
-            "created_at": format_timestamp(row["created_at"]),
-            "payload": row["payload"]}
 
 
 async def delete_sent_until(conn: Conn, cutoff: datetime, batch: int) -> int:
