@@ -1,8 +1,9 @@
 """The cron jobs, as plain async functions.
 
-Each takes its pool, settings and, where time matters, ``now``: ``None`` in
-production means the database clock (the one that stamped the rows), and tests
-pass an instant in the future instead of sleeping 90 s or 24 h.
+Each takes its pool and settings — or, where it calls a service, the cron
+process's :class:`~app.services.mesh.Mesh` — and, where time matters, ``now``:
+``None`` in production means the database clock (the one that stamped the rows),
+and tests pass an instant in the future instead of sleeping 90 s or 24 h.
 
 Every job is idempotent and safe when several cron processes run it at once.
 Each batch is its own short transaction, claimed with ``FOR UPDATE SKIP
@@ -49,6 +50,7 @@ from app.platform.metrics import (
 from app.platform.settings import Settings
 from app.services import broadcasts as broadcasts_service
 from app.services import tasks as tasks_service
+from app.services.mesh import Mesh
 from app.store import agents as agents_store
 from app.store import broadcasts as broadcasts_store
 from app.store import outbox as outbox_store
@@ -269,14 +271,14 @@ async def update_budget_gauges(pool: asyncpg.Pool, *, per_agent: bool = False) -
 BROADCAST_BATCH = 100
 
 
-async def settle_broadcasts(pool: asyncpg.Pool, settings: Settings, *,
-                            now: datetime | None = None,
+async def settle_broadcasts(mesh: Mesh, *, now: datetime | None = None,
                             batch: int = BROADCAST_BATCH) -> list[str]:
     """Open broadcasts past their deadline settle as ``timeout``: the sender gets
     its one ``broadcast.completed`` naming the recipients that did not finish.
     Each is locked and re-checked in its own transaction
     (``app.services.broadcasts.settle_due``), so a completion racing the deadline
     or a second cron process makes it settle once."""
+    pool = mesh.pool
     now = now or await db_now(pool)
     settled: list[str] = []
     for _ in range(MAX_BATCHES):
@@ -284,7 +286,7 @@ async def settle_broadcasts(pool: asyncpg.Pool, settings: Settings, *,
         progressed = False
         for broadcast_id in due:
             try:
-                if await broadcasts_service.settle_due(pool, settings, broadcast_id, now):
+                if await broadcasts_service.settle_due(mesh, broadcast_id, now):
                     settled.append(broadcast_id)
                 progressed = True
             except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as exc:

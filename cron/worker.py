@@ -16,10 +16,12 @@ from __future__ import annotations
 import logging
 from typing import Any, ClassVar
 
+import redis.asyncio as aioredis
 from arq import cron
 
 from app.platform import db
 from app.platform.settings import Settings, load_settings
+from app.services.mesh import Mesh
 from cron import jobs, retention
 from workers.process import arq_redis_settings, setup_process
 
@@ -36,13 +38,19 @@ async def startup(ctx: dict[str, Any]) -> None:
     # jobs log themselves when they did something, so arq's lines are DEBUG-only.
     if logging.getLevelName(settings.log_level.upper()) != logging.DEBUG:
         logging.getLogger("arq.worker").setLevel(logging.WARNING)
-    ctx.update(settings=settings, pool=await db.create_pool(settings, min_size=1, max_size=4))
+    pool = await db.create_pool(settings, min_size=1, max_size=4)
+    # The services' one context, as the web lifespan builds it, without the web
+    # process's caches and batcher (its Redis connects on first use).
+    mesh = Mesh(pool, settings, aioredis.from_url(settings.redis_url))
+    ctx.update(settings=settings, pool=pool, mesh=mesh)
     log.info("cron started: heartbeat ttl %d s, task timeout %d s, outbox retention %d day(s)",
              settings.heartbeat_ttl_seconds, settings.task_timeout_seconds,
              settings.outbox_retention_days)
 
 
 async def shutdown(ctx: dict[str, Any]) -> None:
+    if ctx.get("mesh") is not None:
+        await ctx["mesh"].redis.aclose()
     if ctx.get("pool") is not None:
         await ctx["pool"].close()
     log.info("cron stopped")
@@ -71,7 +79,7 @@ async def gauges(ctx: dict[str, Any]) -> dict[str, Any]:
 
 
 async def broadcast_timeout(ctx: dict[str, Any]) -> int:
-    return len(await jobs.settle_broadcasts(ctx["pool"], ctx["settings"]))
+    return len(await jobs.settle_broadcasts(ctx["mesh"]))
 
 
 async def data_retention(ctx: dict[str, Any]) -> dict[str, int]:

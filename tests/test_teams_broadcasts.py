@@ -13,9 +13,11 @@ from typing import Any
 
 import asyncpg
 import pytest
+import redis.asyncio as aioredis
 from prometheus_client import REGISTRY
 
 from app.platform.settings import Settings
+from app.services.mesh import Mesh
 from cron import jobs
 from tests.api_helpers import move, ok, problem, text_message
 from tests.support.isolated import db_now, wait_until
@@ -30,6 +32,14 @@ TIMEOUT = 600
 async def mesh(iso: Settings) -> AsyncIterator[MeshFactory]:
     async with serve_app(iso) as url, MeshFactory.connect(url) as factory:
         yield factory
+
+
+@pytest.fixture
+async def cron_mesh(iso: Settings, pool: asyncpg.Pool) -> AsyncIterator[Mesh]:
+    """What cron's startup builds: the services' context on the ``iso`` database."""
+    redis = aioredis.from_url(iso.redis_url)
+    yield Mesh(pool, iso, redis)
+    await redis.aclose()
 
 
 async def team(mesh: MeshFactory, size: int) -> tuple[AgentHandle, list[AgentHandle]]:
@@ -76,7 +86,7 @@ async def completions(agent: AgentHandle) -> list[dict[str, Any]]:
 
 
 async def test_all_with_one_silent_recipient_settles_once_at_the_timeout(
-        mesh: MeshFactory, iso: Settings, pool: asyncpg.Pool) -> None:
+        mesh: MeshFactory, cron_mesh: Mesh, pool: asyncpg.Pool) -> None:
     sender, (a, b, silent) = await team(mesh, 3)
     out = await broadcast(sender, [a, b, silent])
     assert out["status"] == "open" and out["n"] == 3 and len(out["task_ids"]) == 3
@@ -92,11 +102,11 @@ async def test_all_with_one_silent_recipient_settles_once_at_the_timeout(
     assert await completions(sender) == []
 
     t0 = await db_now(pool)
-    assert await jobs.settle_broadcasts(pool, iso, now=t0 + timedelta(seconds=60)) == []
+    assert await jobs.settle_broadcasts(cron_mesh, now=t0 + timedelta(seconds=60)) == []
     late = t0 + timedelta(seconds=TIMEOUT + 1)
-    assert await jobs.settle_broadcasts(pool, iso, now=late) == [out["broadcast_id"]]
+    assert await jobs.settle_broadcasts(cron_mesh, now=late) == [out["broadcast_id"]]
     # A cron restart (another run, another process) finds nothing left to do.
-    assert await jobs.settle_broadcasts(pool, iso, now=late) == []
+    assert await jobs.settle_broadcasts(cron_mesh, now=late) == []
     [done] = await completions(sender)
     assert done["status"] == "timeout" and done["broadcast_id"] == out["broadcast_id"]
     by_agent = {r["agent_id"]: r for r in done["recipients"]}
@@ -145,7 +155,7 @@ async def test_n_of_three_and_unmet(mesh: MeshFactory) -> None:
     assert [d["status"] for d in await completions(sender)] == ["met", "unmet"]
 
 
-async def test_racing_completions_emit_exactly_once(mesh: MeshFactory, iso: Settings,
+async def test_racing_completions_emit_exactly_once(mesh: MeshFactory, cron_mesh: Mesh,
                                                     pool: asyncpg.Pool) -> None:
     sender, agents = await team(mesh, 5)
     settled_before = settled_count()
@@ -160,7 +170,7 @@ async def test_racing_completions_emit_exactly_once(mesh: MeshFactory, iso: Sett
     out = await broadcast(sender, agents[:1])
     ok(await move(agents[0], task_of(out, agents[0]), "working"))
     late = await db_now(pool) + timedelta(seconds=TIMEOUT + 1)
-    await asyncio.gather(jobs.settle_broadcasts(pool, iso, now=late),
+    await asyncio.gather(jobs.settle_broadcasts(cron_mesh, now=late),
                          move(agents[0], task_of(out, agents[0]), "completed"))
     rounds.append(out["broadcast_id"])
     done = await completions(sender)

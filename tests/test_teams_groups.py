@@ -12,11 +12,13 @@ from typing import Any
 
 import asyncpg
 import httpx
+import redis.asyncio as aioredis
 from httpx_sse import aconnect_sse
 
 from app.domain.schemas import GroupMessageIn
 from app.platform.settings import Settings
 from app.services import group_messages
+from app.services.mesh import Mesh
 from app.services.principals import Agent
 from tests.api_helpers import ok, problem, text_message
 from tests.support.meshapi import AgentHandle, MeshFactory, OwnerHandle
@@ -123,7 +125,8 @@ async def test_members_only_and_unknown_group(mesh: MeshFactory) -> None:
 
 
 async def test_large_group_is_written_in_batches_in_one_transaction(
-        mesh: MeshFactory, migrated: Settings, db: asyncpg.Pool) -> None:
+        mesh: MeshFactory, migrated: Settings, db: asyncpg.Pool,
+        redis_client: aioredis.Redis) -> None:
     """With a batch of 7, 29 recipients are 5 statements — still one transaction:
     every member's seq is gap-free and the count is exact."""
     owner = await mesh.owner()
@@ -132,7 +135,8 @@ async def test_large_group_is_written_in_batches_in_one_transaction(
                             members[0].agent_id)
     me = Agent(agent_id=members[0].agent_id, owner_id=row["owner_id"], kind=row["kind"])
     body = GroupMessageIn.model_validate(text_message("batched"))
-    outs = await asyncio.gather(*(group_messages.post(db, migrated, me, gid, body, batch=7)
+    service = Mesh(db, migrated, redis_client)
+    outs = await asyncio.gather(*(group_messages.post(service, me, gid, body, batch=7)
                                   for _ in range(3)))
     assert [o.recipients for o in outs] == [29, 29, 29]
     for m in members[1:]:

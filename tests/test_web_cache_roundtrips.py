@@ -8,12 +8,14 @@ from collections.abc import AsyncIterator, Collection
 
 import asyncpg
 import pytest
+import redis.asyncio as aioredis
 
 from app.domain.schemas import MessageIn, TaskCreate
 from app.platform.db import create_pool
 from app.platform.settings import Settings
 from app.services import accounts
 from app.services import tasks as tasks_service
+from app.services.mesh import Mesh
 from app.services.principal_cache import PrincipalCache
 from app.services.reach_cache import ReachCache
 from tests.support.meshapi import MeshFactory
@@ -57,11 +59,15 @@ def _text(text: str) -> dict[str, object]:
 
 
 async def test_round_trips_per_send(mesh: MeshFactory, migrated: Settings,
-                                    counted: tuple[asyncpg.Pool, Statements]) -> None:
+                                    counted: tuple[asyncpg.Pool, Statements],
+                                    redis_client: aioredis.Redis) -> None:
     pool, statements = counted
     a, b = await mesh.pair()
     principals, reach = PrincipalCache(100, 600), ReachCache(100, 600)
     woken = Woken()
+    # The relationship cache and the wake-up, without the create batcher: the
+    # create's own statement is what is counted.
+    web = Mesh(pool, migrated, redis_client, wakeup=woken, reach=reach)
 
     me = await accounts.resolve(pool, migrated, a.token, cache=principals)
     assert len(statements.take()) == 1  # the first request of a token asks Postgres
@@ -69,12 +75,10 @@ async def test_round_trips_per_send(mesh: MeshFactory, migrated: Settings,
     assert statements.take() == []  # …the next ones do not
 
     create = TaskCreate.model_validate({"to_agent_id": b.agent_id, "message": _text("one")})
-    await tasks_service.create_task(pool, migrated, me, create, reach=reach,
-                                    wakeup=woken)
+    await tasks_service.create_task(web, me, create)
     first = statements.take()
     create = TaskCreate.model_validate({"to_agent_id": b.agent_id, "message": _text("two")})
-    task, created = await tasks_service.create_task(pool, migrated, me, create, reach=reach,
-                                                    wakeup=woken)
+    task, created = await tasks_service.create_task(web, me, create)
     assert created
     warm = statements.take()
     print(f"create: {len(first)} round trips cold, {len(warm)} warm: {warm}")
@@ -85,8 +89,8 @@ async def test_round_trips_per_send(mesh: MeshFactory, migrated: Settings,
     them = await accounts.resolve(pool, migrated, b.token, cache=principals)
     for text in ("reply", "again"):  # the first one's statements learn their types
         statements.take()
-        await tasks_service.append_message(pool, migrated, them, task.task_id,
-                                           MessageIn.model_validate(_text(text)), wakeup=woken)
+        await tasks_service.append_message(web, them, task.task_id,
+                                           MessageIn.model_validate(_text(text)))
     appended = statements.take()
     print(f"message: {len(appended)} round trips: {appended}")
     # The task with a retry's message, then the message, its event and the touch.

@@ -40,6 +40,7 @@ from typing import Any
 
 import asyncpg
 import httpx
+import redis.asyncio as aioredis
 from a2a.client import ClientConfig, ClientFactory
 from a2a.client.client import Client
 from a2a.client.errors import A2AClientError
@@ -65,6 +66,7 @@ from app.platform.retry import Schedule
 from app.platform.settings import Settings
 from app.platform.webhook_target import TargetRefused
 from app.services import a2a_remotes, remote_card
+from app.services.mesh import Mesh
 from app.services.principals import Agent
 from app.store import a2a_remotes as store
 from app.store import agents as agents_store
@@ -168,7 +170,7 @@ class BridgeWorker(LaneWorker):
     label = "a2a-bridge"
     log = log
 
-    def __init__(self, settings: Settings, pool: asyncpg.Pool,
+    def __init__(self, settings: Settings, pool: asyncpg.Pool, redis: aioredis.Redis,
                  wakeup: AfterCommit | None = None) -> None:
         super().__init__(settings, pool, store.LEASES,
                          lease_seconds=settings.a2a_bridge_lease_seconds,
@@ -180,6 +182,8 @@ class BridgeWorker(LaneWorker):
                               cap=max(settings.a2a_bridge_poll_cap_seconds,
                                       settings.a2a_bridge_poll_base_seconds))
         self.wakeup = wakeup
+        # What the answers are written with (app.a2a.writeback).
+        self.mesh = Mesh(pool, settings, redis, wakeup=wakeup)
         # mesh task id → (its agent, its follower): the answers this process awaits.
         self._following: dict[str, tuple[str, asyncio.Task[None]]] = {}
         self.forwarded = 0
@@ -355,7 +359,7 @@ class BridgeWorker(LaneWorker):
     async def _exchange(self, remote: Remote, seq: int, task_id: str,
                         request: SendMessageRequest, accepted: asyncio.Future[None]) -> None:
         me = remote.agent
-        back = WriteBack(self.pool, self.settings, me, task_id, wakeup=self.wakeup)
+        back = WriteBack(self.mesh, me, task_id)
         try:
             async with remote.client(self.settings) as client:
                 stream = client.send_message(request)
@@ -439,7 +443,7 @@ class BridgeWorker(LaneWorker):
                          self._resume_one(remote, task["task_id"], task["remote_task_id"]))
 
     async def _resume_one(self, remote: Remote, task_id: str, remote_task_id: str) -> None:
-        back = WriteBack(self.pool, self.settings, remote.agent, task_id, wakeup=self.wakeup)
+        back = WriteBack(self.mesh, remote.agent, task_id)
         async with remote.client(self.settings) as client:
             await self._poll(client, back, remote_task_id)
 
@@ -480,8 +484,8 @@ class BridgeWorker(LaneWorker):
 # --- the process --------------------------------------------------------------------
 
 async def build(rt: runtime.Runtime) -> BridgeWorker:
-    pool = await rt.pool()
-    return BridgeWorker(rt.settings, pool, AfterCommit(pool, await rt.redis()))
+    pool, redis = await rt.pool(), await rt.redis()
+    return BridgeWorker(rt.settings, pool, redis, AfterCommit(pool, redis))
 
 
 def main() -> None:

@@ -105,8 +105,7 @@ class MeshRequestHandler(RequestHandler):
                 if config is not None:  # checked before the write; from the write on
                     checked = await push.check_config(s, config, msg.task_id)
                     since = await inbox_store.last_task_seq(s.pool, c.me.agent_id, msg.task_id)
-                await tasks.append_message(s.pool, s.settings, c.me, msg.task_id,
-                                           MessageIn.model_validate(body), wakeup=s.wakeup)
+                await tasks.append_message(s, c.me, msg.task_id, MessageIn.model_validate(body))
                 if checked is not None and since is not None:
                     await push.put(s, c.me.agent_id, msg.task_id, checked, since)
                 return msg.task_id
@@ -114,8 +113,7 @@ class MeshRequestHandler(RequestHandler):
                 {"to_agent_id": c.target, "message": body, "context_id": msg.context_id or None})
             # A new task's id is the mesh's: a config's id defaults to it afterwards.
             checked = None if config is None else await push.check_config(s, config, "-")
-            created, _ = await tasks.create_task(s.pool, s.settings, c.me, create,
-                                                 wakeup=s.wakeup)
+            created, _ = await tasks.create_task(s, c.me, create)
             if checked is not None and config is not None:
                 checked = dataclasses.replace(checked, config_id=push.config_id_of(
                     config.id, created.task_id))
@@ -204,8 +202,7 @@ class MeshRequestHandler(RequestHandler):
             raise TaskNotCancelableError(message=f"task '{params.id}' is already "
                                                  f"{detail['state']}")
         with a2a_errors(conflict=TaskNotCancelableError):
-            await tasks.change_status(s.pool, s.settings, c.me, params.id,
-                                      StatusChange(state="canceled"), wakeup=s.wakeup)
+            await tasks.change_status(s, c.me, params.id, StatusChange(state="canceled"))
         return mapping.task(await self._task_json(c, params.id))
 
     async def on_get_extended_agent_card(self, params: GetExtendedAgentCardRequest,

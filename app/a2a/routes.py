@@ -75,7 +75,7 @@ def guarded(endpoint: Endpoint) -> Endpoint:
     A2A's HTTP bindings say — then let the SDK answer."""
     async def guard(request: Request) -> Response:
         me = await caller(request)
-        await tasks.check_can_message(state(request).pool, me.agent_id,
+        await tasks.check_can_message(state(request), me.agent_id,
                                       request.path_params["agent_id"])
         if request.method == "POST":
             check_json_content_type(request)  # 415, as the REST API answers

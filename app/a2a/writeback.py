@@ -21,7 +21,6 @@ import hashlib
 import logging
 from typing import Any
 
-import asyncpg
 from a2a.types.a2a_pb2 import Artifact, Message, Part, Role, StreamResponse, Task, TaskState
 from a2a.utils.errors import A2AError
 from google.protobuf.json_format import MessageToDict
@@ -30,12 +29,11 @@ from app.a2a import mapping
 from app.domain import ids, task_states
 from app.domain.schemas import ArtifactIn, MessageIn, StatusChange
 from app.platform.errors import Problem
-from app.platform.settings import Settings
 from app.services import tasks
+from app.services.mesh import Mesh
 from app.services.principals import Agent
 from app.store import a2a_remotes as remotes_store
 from app.store import tasks as tasks_store
-from app.store.writes import Wakeup
 
 log = logging.getLogger("mesh.a2a_bridge")
 
@@ -80,13 +78,11 @@ def text_message(text: str, message_id: str) -> MessageIn:
 class WriteBack:
     """One forwarded task's answers, written as the bridged agent ``me``."""
 
-    def __init__(self, pool: asyncpg.Pool, settings: Settings, me: Agent, task_id: str, *,
-                 wakeup: Wakeup | None = None) -> None:
-        self.pool = pool
-        self.settings = settings
+    def __init__(self, mesh: Mesh, me: Agent, task_id: str) -> None:
+        self.mesh = mesh
+        self.pool = mesh.pool
         self.me = me
         self.task_id = task_id
-        self.wakeup = wakeup
 
     async def apply(self, event: StreamResponse) -> bool:
         """Write one stream event (or SendMessage answer); True once the task settled."""
@@ -135,8 +131,7 @@ class WriteBack:
         if await self._stored(body.message_id):
             return
         try:
-            await tasks.append_message(self.pool, self.settings, self.me, self.task_id, body,
-                                       wakeup=self.wakeup)
+            await tasks.append_message(self.mesh, self.me, self.task_id, body)
         except Problem as exc:
             if exc.status != 409:  # a task closed meanwhile (the initiator canceled)
                 raise
@@ -152,8 +147,7 @@ class WriteBack:
                           metadata=MessageToDict(art.metadata) if art.HasField("metadata")
                           else None)
         try:
-            await tasks.add_artifact(self.pool, self.settings, self.me, self.task_id, body,
-                                     wakeup=self.wakeup)
+            await tasks.add_artifact(self.mesh, self.me, self.task_id, body)
         except Problem as exc:
             if exc.status != 409:
                 raise
@@ -189,10 +183,9 @@ class WriteBack:
         for i, step in enumerate(path):
             last = i == len(path) - 1
             try:
-                await tasks.change_status(self.pool, self.settings, self.me, self.task_id,
+                await tasks.change_status(self.mesh, self.me, self.task_id,
                                           StatusChange(state=step,  # type: ignore[arg-type]
-                                                       message=body if last else None),
-                                          wakeup=self.wakeup)
+                                                       message=body if last else None))
             except Problem as exc:
                 if exc.status != 409:
                     raise
@@ -213,8 +206,7 @@ class WriteBack:
                                   message=text_message(reason, message_id)
                                   if step == "failed" else None)
             try:
-                await tasks.change_status(self.pool, self.settings, self.me, self.task_id,
-                                          change, wakeup=self.wakeup)
+                await tasks.change_status(self.mesh, self.me, self.task_id, change)
             except Problem as exc:
                 if exc.status != 409:
                     raise

@@ -44,14 +44,14 @@ async def retry_one(request: Request, me: Owner) -> Response:
     if not 1 <= row_id <= BIGINT_MAX:
         raise Problem(422, f"an outbox row id is between 1 and {BIGINT_MAX}, got '{raw}'")
     s = state(request)
-    return json(await admin_service.retry_one(s.pool, row_id, wakeup=s.wakeup))
+    return json(await admin_service.retry_one(s, row_id))
 
 
 @endpoint("Retry every dead letter (back to pending, relay woken)", response=RetriedAll,
      auth="admin", tag="admin")
 async def retry_all(request: Request, me: Owner) -> Response:
     s = state(request)
-    return json(await admin_service.retry_all(s.pool, wakeup=s.wakeup))
+    return json(await admin_service.retry_all(s))
 
 
 routes = [

@@ -20,7 +20,7 @@ from app.web.state import state
 async def register(request: Request) -> Response:
     s = state(request)
     creds = await body(request, Credentials)
-    return json(await accounts.register_at(s.pool, s.settings, creds.username, creds.password,
+    return json(await accounts.register_at(s, creds.username, creds.password,
                                            address=client_address(request),
                                            throttle=s.auth_throttle, kdf=s.kdf), 201)
 

@@ -67,23 +67,19 @@ async def friends(request: Request, who: Agent) -> Response:
 async def friend_request(request: Request, who: Agent) -> Response:
     data = await body(request, FriendRequestCreate)
     s = state(request)
-    result, created = await social.request_friend(s.pool, s.settings, who, data.to_agent_id,
-                                                  data.note, reach_changed=s.reach_changed,
-                                                  wakeup=s.wakeup)
+    result, created = await social.request_friend(s, who, data.to_agent_id, data.note)
     return json(result, 201 if created else 200)
 
 
 @endpoint("Accept a friend request sent to you", response=FriendRequestOut, auth="agent")
 async def friend_accept(request: Request, who: Agent) -> Response:
     s = state(request)
-    return json(await social.accept_friend(s.pool, s.settings, who,
-                                           request.path_params["request_id"],
-                                           reach_changed=s.reach_changed, wakeup=s.wakeup))
+    return json(await social.accept_friend(s, who, request.path_params["request_id"]))
 
 
 @endpoint("Reject a friend request sent to you", response=FriendRequestOut, auth="agent")
 async def friend_reject(request: Request, who: Agent) -> Response:
-    return json(await social.reject_friend(state(request).pool, who,
+    return json(await social.reject_friend(state(request), who,
                                            request.path_params["request_id"]))
 
 
@@ -92,8 +88,7 @@ async def friend_remove(request: Request, who: Agent) -> Response:
     # The friend is {agent_id} on the agent's own route, {friend_id} on its owner's
     # (where {agent_id} names the agent acted for).
     friend = request.path_params.get("friend_id") or request.path_params["agent_id"]
-    await social.remove_friend(state(request).pool, who, friend,
-                               reach_changed=state(request).reach_changed)
+    await social.remove_friend(state(request), who, friend)
     return Response(status_code=204)
 
 

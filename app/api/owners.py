@@ -32,8 +32,8 @@ async def create_agent(request: Request, me: Owner) -> Response:
     data = await body(request, AgentCreate)
     s = state(request)
     if data.a2a is not None:  # served by an A2A server elsewhere (ADR 041)
-        return json(await a2a_remotes.create(s.pool, s.redis, s.settings, me, data), 201)
-    return json(await accounts.create_agent(s.pool, me, data), 201)
+        return json(await a2a_remotes.create(s, me, data), 201)
+    return json(await accounts.create_agent(s, me, data), 201)
 
 
 @endpoint("List your agents (including your virtual-user agent)", response=AgentList,
@@ -54,7 +54,7 @@ async def get_agent(request: Request, me: Owner) -> Response:
      response=AgentOut, auth="owner", tag="owners")
 async def patch_agent(request: Request, me: Owner) -> Response:
     data = await body(request, AgentPatch)
-    return json(await accounts.patch_agent(state(request).pool, me,
+    return json(await accounts.patch_agent(state(request), me,
                                            request.path_params["agent_id"], data))
 
 
@@ -62,15 +62,14 @@ async def patch_agent(request: Request, me: Owner) -> Response:
      tag="owners")
 async def delete_agent(request: Request, me: Owner) -> Response:
     s = state(request)
-    await accounts.delete_agent(s.pool, me, request.path_params["agent_id"],
-                                auth_changed=s.auth_changed)
+    await accounts.delete_agent(s, me, request.path_params["agent_id"])
     return Response(status_code=204)
 
 
 @endpoint("Create an API key for an agent; the key is shown only in this response",
      response=NewKey, auth="owner", status=201, tag="owners")
 async def create_key(request: Request, me: Owner) -> Response:
-    return json(await accounts.create_key(state(request).pool, me,
+    return json(await accounts.create_key(state(request), me,
                                           request.path_params["agent_id"]), 201)
 
 
@@ -85,9 +84,8 @@ async def list_keys(request: Request, me: Owner) -> Response:
      tag="owners")
 async def revoke_key(request: Request, me: Owner) -> Response:
     s = state(request)
-    await accounts.revoke_key(s.pool, me, request.path_params["agent_id"],
-                              request.path_params["key_id"],
-                              auth_changed=s.auth_changed)
+    await accounts.revoke_key(s, me, request.path_params["agent_id"],
+                              request.path_params["key_id"])
     return Response(status_code=204)
 
 
@@ -114,7 +112,7 @@ agent_group_leave = on_behalf(
      tag="groups")
 async def create_group(request: Request, me: Owner) -> Response:
     data = await body(request, GroupCreate)
-    return json(await social.create_group(state(request).pool, me, data.group_id, data.name), 201)
+    return json(await social.create_group(state(request), me, data.group_id, data.name), 201)
 
 
 @endpoint("List the groups you own", response=OwnedGroups, auth="owner", tag="groups")
@@ -131,8 +129,7 @@ async def get_group(request: Request, me: Owner) -> Response:
 @endpoint("Delete a group you own", auth="owner", status=204, tag="groups")
 async def delete_group(request: Request, me: Owner) -> Response:
     s = state(request)
-    await social.delete_group(s.pool, s.settings, me, request.path_params["group_id"],
-                              reach_changed=s.reach_changed, wakeup=s.wakeup)
+    await social.delete_group(s, me, request.path_params["group_id"])
     return Response(status_code=204)
 
 
@@ -143,18 +140,16 @@ async def delete_group(request: Request, me: Owner) -> Response:
 async def add_member(request: Request, me: Owner) -> Response:
     data = await body(request, GroupMemberAdd)
     s = state(request)
-    result, created = await social.add_member(s.pool, s.settings, me,
-                                              request.path_params["group_id"], data.agent_id,
-                                              data.role, reach_changed=s.reach_changed, wakeup=s.wakeup)
+    result, created = await social.add_member(s, me, request.path_params["group_id"],
+                                              data.agent_id, data.role)
     return json(result, 201 if created else 200)
 
 
 @endpoint("Remove an agent from a group", auth="owner", status=204, tag="groups")
 async def remove_member(request: Request, me: Owner) -> Response:
     s = state(request)
-    await social.remove_member(s.pool, s.settings, me, request.path_params["group_id"],
-                               request.path_params["agent_id"], reach_changed=s.reach_changed,
-                               wakeup=s.wakeup)
+    await social.remove_member(s, me, request.path_params["group_id"],
+                               request.path_params["agent_id"])
     return Response(status_code=204)
 
 

@@ -25,7 +25,7 @@ Q_MAX = 200
 async def create_publication(request: Request, me: Owner) -> Response:
     data = await body(request, PublicationCreate)
     s = state(request)
-    return json(await publications.publish(s.pool, s.settings, me, data), 201)
+    return json(await publications.publish(s, me, data), 201)
 
 
 @endpoint("Find publications: ?q= words over title, tags and summary (ranked), ?tag= one tag, "
@@ -61,14 +61,14 @@ async def get_publication(request: Request, me: Owner) -> Response:
 async def fork_publication(request: Request, me: Owner) -> Response:
     publication_id = valid_id("publication_id", request.path_params["publication_id"])
     data = await body(request, PublicationFork)
-    return json(await publications.fork(state(request).pool, me, publication_id, data.name), 201)
+    return json(await publications.fork(state(request), me, publication_id, data.name), 201)
 
 
 @endpoint("Delete a publication you published; agents forked from it stay", auth="owner",
      status=204, tag="publications")
 async def delete_publication(request: Request, me: Owner) -> Response:
     publication_id = valid_id("publication_id", request.path_params["publication_id"])
-    await publications.delete(state(request).pool, me, publication_id)
+    await publications.delete(state(request), me, publication_id)
     return Response(status_code=204)
 
 

@@ -26,7 +26,7 @@ OUTCOMES = get_args(RunOutcome)
      response=RunOut, auth="agent", status=201, replay_status=200, tag="runs")
 async def report_run(request: Request, me: Agent) -> Response:
     data = await body(request, RunReport)
-    run, created = await runs.report(state(request).pool, me, data)
+    run, created = await runs.report(state(request), me, data)
     return json(run, 201 if created else 200)
 
 

@@ -23,8 +23,7 @@ from app.web.state import state
 async def create_task(request: Request, me: Agent) -> Response:
     data = await body(request, TaskCreate)
     s = state(request)
-    result, created = await tasks.create_task(s.pool, s.settings, me, data, wakeup=s.wakeup,
-                                               reach=s.reach, creates=s.creates)
+    result, created = await tasks.create_task(s, me, data)
     return json(result, 201 if created else 200)
 
 
@@ -63,9 +62,8 @@ async def list_tasks(request: Request, me: Agent) -> Response:
 async def add_message(request: Request, me: Agent) -> Response:
     data = await body(request, MessageIn)
     s = state(request)
-    result, created = await tasks.append_message(s.pool, s.settings, me,
-                                                 request.path_params["task_id"], data,
-                                                 wakeup=s.wakeup)
+    result, created = await tasks.append_message(s, me,
+                                                 request.path_params["task_id"], data)
     return json(result, 201 if created else 200)
 
 
@@ -75,9 +73,8 @@ async def add_message(request: Request, me: Agent) -> Response:
 async def set_status(request: Request, me: Agent) -> Response:
     data = await body(request, StatusChange)
     s = state(request)
-    return json(await tasks.change_status(s.pool, s.settings, me,
-                                          request.path_params["task_id"], data,
-                                          wakeup=s.wakeup))
+    return json(await tasks.change_status(s, me,
+                                          request.path_params["task_id"], data))
 
 
 @endpoint("Attach an artifact to a task (serving agent only; idempotent by artifact_id)",
@@ -86,9 +83,8 @@ async def set_status(request: Request, me: Agent) -> Response:
 async def add_artifact(request: Request, me: Agent) -> Response:
     data = await body(request, ArtifactIn)
     s = state(request)
-    result, created = await tasks.add_artifact(s.pool, s.settings, me,
-                                               request.path_params["task_id"], data,
-                                               wakeup=s.wakeup)
+    result, created = await tasks.add_artifact(s, me,
+                                               request.path_params["task_id"], data)
     return json(result, 201 if created else 200)
 
 

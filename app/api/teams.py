@@ -30,9 +30,7 @@ from app.web.state import state
 async def post_group_message(request: Request, me: Agent) -> Response:
     data = await body(request, GroupMessageIn)
     s = state(request)
-    return json(await group_messages.post(s.pool, s.settings, me,
-                                          request.path_params["group_id"], data,
-                                          wakeup=s.wakeup), 201)
+    return json(await group_messages.post(s, me, request.path_params["group_id"], data), 201)
 
 
 @endpoint("Ask several agents (a list, or a group's other members) the same thing: one task "
@@ -42,7 +40,7 @@ async def post_group_message(request: Request, me: Agent) -> Response:
 async def create_broadcast(request: Request, me: Agent) -> Response:
     data = await body(request, BroadcastCreate)
     s = state(request)
-    return json(await broadcasts.create(s.pool, s.settings, me, data, wakeup=s.wakeup), 201)
+    return json(await broadcasts.create(s, me, data), 201)
 
 
 @endpoint("A broadcast you sent: its policy, status and each recipient's task state and last "
@@ -97,13 +95,12 @@ async def group_invitations(request: Request, me: Agent) -> Response:
      auth="agent", tag="teams")
 async def accept_group_invitation(request: Request, me: Agent) -> Response:
     s = state(request)
-    return json(await social.accept_invitation(s.pool, me, request.path_params["group_id"],
-                                               reach_changed=s.reach_changed))
+    return json(await social.accept_invitation(s, me, request.path_params["group_id"]))
 
 
 @endpoint("Reject an invitation to a group", response=GroupInvitation, auth="agent", tag="teams")
 async def reject_group_invitation(request: Request, me: Agent) -> Response:
-    return json(await social.reject_invitation(state(request).pool, me,
+    return json(await social.reject_invitation(state(request), me,
                                                request.path_params["group_id"]))
 
 
@@ -111,8 +108,7 @@ async def reject_group_invitation(request: Request, me: Agent) -> Response:
      tag="teams")
 async def leave_group(request: Request, me: Agent) -> Response:
     s = state(request)
-    await social.leave_group(s.pool, me, request.path_params["group_id"],
-                             reach_changed=s.reach_changed)
+    await social.leave_group(s, me, request.path_params["group_id"])
     return Response(status_code=204)
 
 

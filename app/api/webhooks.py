@@ -21,8 +21,7 @@ from app.web.state import state
 async def put_webhook(request: Request, me: Owner) -> Response:
     data = await body(request, WebhookPut)
     s = state(request)
-    return json(await webhooks.put(s.pool, s.redis, s.settings, me,
-                                   request.path_params["agent_id"], data.url))
+    return json(await webhooks.put(s, me, request.path_params["agent_id"], data.url))
 
 
 @endpoint("The agent's webhook: url, status, last error, last success, pending events",
@@ -34,7 +33,7 @@ async def get_webhook(request: Request, me: Owner) -> Response:
 @endpoint("Remove the agent's webhook; its events stay in the inbox", auth="owner", status=204,
      tag="owners")
 async def delete_webhook(request: Request, me: Owner) -> Response:
-    await webhooks.remove(state(request).pool, me, request.path_params["agent_id"])
+    await webhooks.remove(state(request), me, request.path_params["agent_id"])
     return Response(status_code=204)
 
 

@@ -87,9 +87,9 @@ async def create_agent(ctx: Ctx) -> Response:
     body = validated(AgentCreate, data)
     s = ctx.state
     if body.a2a is not None:
-        created = await a2a_remotes.create(s.pool, s.redis, s.settings, ctx.owner, body)
+        created = await a2a_remotes.create(s, ctx.owner, body)
     else:
-        created = await accounts.create_agent(s.pool, ctx.owner, body)
+        created = await accounts.create_agent(s, ctx.owner, body)
     return back(f"/console/agents/{created.agent_id}")
 
 
@@ -139,7 +139,7 @@ async def run_live(ctx: Ctx) -> Response:
 @action("edit-agent", agent_page)
 async def edit_agent(ctx: Ctx) -> Response:
     agent_id = ctx.path("agent_id")
-    await accounts.patch_agent(ctx.state.pool, ctx.owner, agent_id,
+    await accounts.patch_agent(ctx.state, ctx.owner, agent_id,
                                validated(AgentPatch, _fields(ctx)))
     return back(f"/console/agents/{agent_id}?saved=1")
 
@@ -152,8 +152,7 @@ async def confirm_delete(ctx: Ctx) -> Response:
 
 @action("delete-agent", agent_page)
 async def delete_agent(ctx: Ctx) -> Response:
-    await accounts.delete_agent(ctx.state.pool, ctx.owner, ctx.path("agent_id"),
-                                auth_changed=ctx.state.auth_changed)
+    await accounts.delete_agent(ctx.state, ctx.owner, ctx.path("agent_id"))
     return back("/console/agents?deleted=1")
 
 
@@ -162,7 +161,7 @@ async def create_key(ctx: Ctx) -> Response:
     # Post/redirect/get: the key waits in a one-time flash for the page after the
     # redirect (only its hash is stored for good); a reload creates nothing.
     agent_id = ctx.path("agent_id")
-    key = await accounts.create_key(ctx.state.pool, ctx.owner, agent_id)
+    key = await accounts.create_key(ctx.state, ctx.owner, agent_id)
     flash_id = await flash.put(ctx.state.redis, ctx.session.token,
                                {"kind": "key", "agent_id": agent_id, "key_id": key.key_id,
                                 "api_key": key.api_key})
@@ -172,8 +171,7 @@ async def create_key(ctx: Ctx) -> Response:
 @action("revoke-key", agent_page)
 async def revoke_key(ctx: Ctx) -> Response:
     agent_id = ctx.path("agent_id")
-    await accounts.revoke_key(ctx.state.pool, ctx.owner, agent_id, ctx.path("key_id"),
-                              auth_changed=ctx.state.auth_changed)
+    await accounts.revoke_key(ctx.state, ctx.owner, agent_id, ctx.path("key_id"))
     return back(f"/console/agents/{agent_id}?revoked=1")
 
 
@@ -183,7 +181,7 @@ async def put_webhook(ctx: Ctx) -> Response:
     body = validated(WebhookPut, {"url": ctx.form.get("url", "")})
     s = ctx.state
     agent_id = ctx.path("agent_id")
-    created = await webhooks.put(s.pool, s.redis, s.settings, ctx.owner, agent_id, body.url)
+    created = await webhooks.put(s, ctx.owner, agent_id, body.url)
     flash_id = await flash.put(s.redis, ctx.session.token,
                                {"kind": "webhook", "agent_id": agent_id, "secret": created.secret})
     return back(f"/console/agents/{agent_id}?secret={flash_id}#webhook-h")
@@ -192,5 +190,5 @@ async def put_webhook(ctx: Ctx) -> Response:
 @action("delete-webhook", agent_page)
 async def delete_webhook(ctx: Ctx) -> Response:
     agent_id = ctx.path("agent_id")
-    await webhooks.remove(ctx.state.pool, ctx.owner, agent_id)
+    await webhooks.remove(ctx.state, ctx.owner, agent_id)
     return back(f"/console/agents/{agent_id}?webhook_removed=1")

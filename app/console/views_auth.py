@@ -129,7 +129,7 @@ async def register(request: Request) -> Response:
             raise too_large
         creds = validated(Credentials, {"username": form.get("username", ""),
                                         "password": form.get("password", "")})
-        await accounts.register_at(s.pool, s.settings, creds.username, creds.password,
+        await accounts.register_at(s, creds.username, creds.password,
                                    address=client_address(request), throttle=s.auth_throttle,
                                    kdf=s.kdf)
         return await _start_session(request, creds.username, creds.password, "/console/")

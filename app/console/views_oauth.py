@@ -69,7 +69,7 @@ async def decide(ctx: Ctx) -> Response:
     if ctx.form.get("decision") != "approve":
         denied = OAuthError("access_denied", "the owner did not allow this client")
         return RedirectResponse(oauth.error_redirect(auth, issuer, denied), status_code=303)
-    code = await oauth.approve(ctx.state.pool, ctx.state.settings, ctx.owner, auth,
+    code = await oauth.approve(ctx.state, ctx.owner, auth,
                                ctx.form.get("agent_id", ""))
     return RedirectResponse(oauth.redirect_url(auth, issuer, code=code), status_code=303)
 
@@ -86,6 +86,5 @@ async def connections(ctx: Ctx) -> Response:
 
 @action("disconnect", connections_page)
 async def disconnect(ctx: Ctx) -> Response:
-    await oauth.disconnect(ctx.state.pool, ctx.owner, ctx.path("grant_id"),
-                           auth_changed=ctx.state.auth_changed)
+    await oauth.disconnect(ctx.state, ctx.owner, ctx.path("grant_id"))
     return back("/console/connections?revoked=1")

@@ -35,12 +35,12 @@ async def retry_one(ctx: Ctx) -> Response:
     raw = ctx.path("row_id")
     if not raw.isdigit():
         raise Problem(422, f"an outbox row id is an integer, got '{raw}'")
-    done = await admin_service.retry_one(ctx.state.pool, int(raw), wakeup=ctx.state.wakeup)
+    done = await admin_service.retry_one(ctx.state, int(raw))
     return back(f"/console/ops?retried={done.retried}")
 
 
 @action("retry-all", ops_page)
 async def retry_all(ctx: Ctx) -> Response:
     _admin(ctx)
-    done = await admin_service.retry_all(ctx.state.pool, wakeup=ctx.state.wakeup)
+    done = await admin_service.retry_all(ctx.state)
     return back(f"/console/ops?retried={done.retried}")

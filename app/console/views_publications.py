@@ -31,7 +31,7 @@ async def publish(ctx: Ctx) -> Response:
                                          "summary": f.get("summary", ""),
                                          "tags": _tags(f.get("tags", ""))})
     s = ctx.state
-    created = await publications.publish(s.pool, s.settings, ctx.owner, body)
+    created = await publications.publish(s, ctx.owner, body)
     return back(f"/console/publications/{created.publication_id}?published=1")
 
 
@@ -63,12 +63,12 @@ async def publication(ctx: Ctx) -> Response:
 @action("fork", publication_page)
 async def fork(ctx: Ctx) -> Response:
     body = validated(PublicationFork, {"name": ctx.form.get("name", "").strip()})
-    agent = await publications.fork(ctx.state.pool, ctx.owner, ctx.path("publication_id"),
+    agent = await publications.fork(ctx.state, ctx.owner, ctx.path("publication_id"),
                                     body.name)
     return back(f"/console/agents/{agent.agent_id}?forked=1")
 
 
 @action("delete-publication", publication_page)
 async def delete(ctx: Ctx) -> Response:
-    await publications.delete(ctx.state.pool, ctx.owner, ctx.path("publication_id"))
+    await publications.delete(ctx.state, ctx.owner, ctx.path("publication_id"))
     return back("/console/publications?deleted=1")

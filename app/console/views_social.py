@@ -31,8 +31,7 @@ async def send_request(ctx: Ctx) -> Response:
     body = validated(FriendRequestCreate, {"to_agent_id": ctx.form.get("to_agent_id", "").strip(),
                                            "note": ctx.form.get("note") or None})
     s = ctx.state
-    await social.request_friend(s.pool, s.settings, who, body.to_agent_id, body.note,
-                                reach_changed=s.reach_changed, wakeup=s.wakeup)
+    await social.request_friend(s, who, body.to_agent_id, body.note)
     return back("/console/friends?sent=1")
 
 
@@ -44,18 +43,16 @@ async def answer_request(ctx: Ctx) -> Response:
     if verb not in ("accept", "reject"):
         raise Problem(404, f"no such answer '{verb}'; accept or reject")
     if verb == "accept":
-        await social.accept_friend(s.pool, s.settings, who, ctx.path("request_id"),
-                                   reach_changed=s.reach_changed, wakeup=s.wakeup)
+        await social.accept_friend(s, who, ctx.path("request_id"))
     else:
-        await social.reject_friend(s.pool, who, ctx.path("request_id"))
+        await social.reject_friend(s, who, ctx.path("request_id"))
     return back("/console/friends")
 
 
 @action("friend-remove", friends_page)
 async def remove_friend(ctx: Ctx) -> Response:
     who = await actor(ctx, ctx.path("agent_id"))
-    await social.remove_friend(ctx.state.pool, who, ctx.path("friend_id"),
-                               reach_changed=ctx.state.reach_changed)
+    await social.remove_friend(ctx.state, who, ctx.path("friend_id"))
     return back("/console/friends")
 
 
@@ -82,7 +79,7 @@ async def groups(ctx: Ctx) -> Response:
 async def create_group(ctx: Ctx) -> Response:
     body = validated(GroupCreate, {"group_id": ctx.form.get("group_id", "").strip(),
                                    "name": ctx.form.get("name", "").strip()})
-    await social.create_group(ctx.state.pool, ctx.owner, body.group_id, body.name)
+    await social.create_group(ctx.state, ctx.owner, body.group_id, body.name)
     return back(f"/console/groups/{body.group_id}")
 
 
@@ -111,8 +108,7 @@ async def add_member(ctx: Ctx) -> Response:
     body = validated(GroupMemberAdd, {"agent_id": ctx.form.get("agent_id", "").strip(),
                                       "role": ctx.form.get("role") or "member"})
     s = ctx.state
-    await social.add_member(s.pool, s.settings, ctx.owner, group_id, body.agent_id, body.role,
-                            reach_changed=s.reach_changed, wakeup=s.wakeup)
+    await social.add_member(s, ctx.owner, group_id, body.agent_id, body.role)
     return back(f"/console/groups/{group_id}")
 
 
@@ -120,16 +116,14 @@ async def add_member(ctx: Ctx) -> Response:
 async def remove_member(ctx: Ctx) -> Response:
     group_id = ctx.path("group_id")
     s = ctx.state
-    await social.remove_member(s.pool, s.settings, ctx.owner, group_id, ctx.path("agent_id"),
-                               reach_changed=s.reach_changed, wakeup=s.wakeup)
+    await social.remove_member(s, ctx.owner, group_id, ctx.path("agent_id"))
     return back(f"/console/groups/{group_id}")
 
 
 @action("delete-group", group_page)
 async def delete_group(ctx: Ctx) -> Response:
     s = ctx.state
-    await social.delete_group(s.pool, s.settings, ctx.owner, ctx.path("group_id"),
-                              reach_changed=s.reach_changed, wakeup=s.wakeup)
+    await social.delete_group(s, ctx.owner, ctx.path("group_id"))
     return back("/console/groups")
 
 
@@ -141,16 +135,14 @@ async def answer_invitation(ctx: Ctx) -> Response:
     if verb not in ("accept", "reject"):
         raise Problem(404, f"no such answer '{verb}'; accept or reject")
     if verb == "accept":
-        await social.accept_invitation(s.pool, who, ctx.path("group_id"),
-                                       reach_changed=s.reach_changed)
+        await social.accept_invitation(s, who, ctx.path("group_id"))
     else:
-        await social.reject_invitation(s.pool, who, ctx.path("group_id"))
+        await social.reject_invitation(s, who, ctx.path("group_id"))
     return back("/console/groups")
 
 
 @action("group-leave", groups_page)
 async def leave_group(ctx: Ctx) -> Response:
     who = await actor(ctx, ctx.path("agent_id"))
-    await social.leave_group(ctx.state.pool, who, ctx.path("group_id"),
-                             reach_changed=ctx.state.reach_changed)
+    await social.leave_group(ctx.state, who, ctx.path("group_id"))
     return back("/console/groups")

@@ -66,8 +66,7 @@ async def start_task(ctx: Ctx) -> Response:
                                   "message": _text_message(ctx.form.get("text", "")).model_dump(
                                       exclude_none=True)})
     s = ctx.state
-    created, _ = await tasks_service.create_task(s.pool, s.settings, await human(ctx), body,
-                                                 wakeup=s.wakeup)
+    created, _ = await tasks_service.create_task(s, await human(ctx), body)
     return back(f"/console/tasks/{created.task_id}")
 
 
@@ -103,8 +102,8 @@ async def task(ctx: Ctx) -> Response:
 async def answer(ctx: Ctx) -> Response:
     task_id = ctx.path("task_id")
     s = ctx.state
-    await tasks_service.append_message(s.pool, s.settings, await human(ctx), task_id,
-                                       _text_message(ctx.form.get("text", "")), wakeup=s.wakeup)
+    await tasks_service.append_message(s, await human(ctx), task_id,
+                                       _text_message(ctx.form.get("text", "")))
     return back(f"/console/tasks/{task_id}")
 
 
@@ -112,9 +111,8 @@ async def answer(ctx: Ctx) -> Response:
 async def cancel(ctx: Ctx) -> Response:
     task_id = ctx.path("task_id")
     s = ctx.state
-    await tasks_service.change_status(s.pool, s.settings, await human(ctx), task_id,
-                                      validated(StatusChange, {"state": "canceled"}),
-                                      wakeup=s.wakeup)
+    await tasks_service.change_status(s, await human(ctx), task_id,
+                                      validated(StatusChange, {"state": "canceled"}))
     return back(f"/console/tasks/{task_id}")
 
 
@@ -136,14 +134,12 @@ async def decide(ctx: Ctx) -> Response:
     note = ctx.form.get("text", "")
     current = (await tasks_service.get_task(s.pool, me, task_id)).state
     if target == "completed" and current in ("submitted", "input-required"):
-        await tasks_service.change_status(s.pool, s.settings, me, task_id,
-                                          validated(StatusChange, {"state": "working"}),
-                                          wakeup=s.wakeup)
+        await tasks_service.change_status(s, me, task_id,
+                                          validated(StatusChange, {"state": "working"}))
     change: dict[str, object] = {"state": target}
     if note.strip():
         change["message"] = _text_message(note).model_dump(exclude_none=True)
-    await tasks_service.change_status(s.pool, s.settings, me, task_id,
-                                      validated(StatusChange, change), wakeup=s.wakeup)
+    await tasks_service.change_status(s, me, task_id, validated(StatusChange, change))
     if ctx.form.get("return_to") == "dashboard":
         return back("/console/#needs-you")
     return back(f"/console/tasks/{task_id}")

@@ -84,7 +84,7 @@ async def register(request: Request) -> Response:
         except ValueError:
             raise OAuthError("invalid_client_metadata", "the body must be JSON client metadata") from None
         check_storable(meta)
-        return _answer(await oauth.register(s.pool, meta), 201)
+        return _answer(await oauth.register(s, meta), 201)
     except OAuthError as e:
         return _refused(e)
     except Problem as p:
@@ -137,7 +137,7 @@ async def token(request: Request) -> Response:
         raw = (await request.body()).decode("utf-8", errors="replace")
         form = dict(parse_qsl(raw, keep_blank_values=True))
         check_storable(form)
-        return _answer(await oauth.token(s.pool, s.settings, form, resource=resource(request)))
+        return _answer(await oauth.token(s, form, resource=resource(request)))
     except OAuthError as e:
         return _refused(e)
     except Problem as p:

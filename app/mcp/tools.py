@@ -128,16 +128,14 @@ async def send(ctx: Any, a: dict[str, Any]) -> Any:
             "message": {"parts": _parts(a["text"], a.get("data")), "metadata": meta or None}}
     if a.get("context_id"):
         body["context_id"] = a["context_id"]
-    result, _created = await tasks.create_task(s.pool, s.settings, me, _model(TaskCreate, body),
-                                               wakeup=s.wakeup, reach=s.reach, creates=s.creates)
+    result, _created = await tasks.create_task(s, me, _model(TaskCreate, body))
     return sent_brief(Task.from_json(_out(result)))
 
 
 async def reply(ctx: Any, a: dict[str, Any]) -> Any:
     s, me, _ = _call(ctx)
     body = _model(MessageIn, {"parts": _parts(a["text"], a.get("data"))})
-    m, _created = await tasks.append_message(s.pool, s.settings, me, a["task_id"], body,
-                                             wakeup=s.wakeup)
+    m, _created = await tasks.append_message(s, me, a["task_id"], body)
     return {"task_id": a["task_id"], "message_id": _out(m)["message_id"], "sent": True}
 
 
@@ -146,8 +144,7 @@ async def set_status(ctx: Any, a: dict[str, Any]) -> Any:
     body: dict[str, Any] = {"state": a["state"]}
     if a.get("message"):
         body["message"] = {"parts": _parts(a["message"], None)}
-    out = _out(await tasks.change_status(s.pool, s.settings, me, a["task_id"],
-                                         _model(StatusChange, body), wakeup=s.wakeup))
+    out = _out(await tasks.change_status(s, me, a["task_id"], _model(StatusChange, body)))
     return {"task_id": a["task_id"], "state": out["state"]}
 
 
@@ -178,9 +175,8 @@ async def check_inbox(ctx: Any, a: dict[str, Any]) -> Any:
 async def notify_group(ctx: Any, a: dict[str, Any]) -> Any:
     s, me, _ = _call(ctx)
     check_storable(a)
-    out = _out(await group_messages.post(s.pool, s.settings, me, a["group_id"],
-                                         _model(GroupMessageIn, {"parts": _parts(a["text"], None)}),
-                                         wakeup=s.wakeup))
+    out = _out(await group_messages.post(s, me, a["group_id"],
+                                         _model(GroupMessageIn, {"parts": _parts(a["text"], None)})))
     return {"group_id": a["group_id"], "message_id": out["message_id"], "recipients": out["recipients"]}
 
 
@@ -191,8 +187,7 @@ async def broadcast(ctx: Any, a: dict[str, Any]) -> Any:
     for key in ("to_agent_ids", "group_id", "n"):
         if a.get(key) is not None:
             body[key] = a[key]
-    out = await broadcasts.create(s.pool, s.settings, me, _model(BroadcastCreate, body),
-                                  wakeup=s.wakeup)
+    out = await broadcasts.create(s, me, _model(BroadcastCreate, body))
     return broadcast_brief(_out(out))
 
 

@@ -17,7 +17,6 @@ from typing import Any
 
 import asyncpg
 import httpx
-import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from app.delivery import protocol as delivery
@@ -30,6 +29,7 @@ from app.platform.settings import Settings
 from app.platform.webhook_target import TargetRefused, check
 from app.responses import A2ARemoteOut, AgentOut
 from app.services import remote_card
+from app.services.mesh import Mesh
 from app.services.principals import Owner
 from app.store import a2a_remotes as store
 from app.store import agents as agents_store
@@ -64,9 +64,9 @@ def _refuse(field: str, why: str, status: int = 422) -> Problem:
                    errors=[{"field": field, "message": why}])
 
 
-async def create(pool: asyncpg.Pool, redis: aioredis.Redis, settings: Settings, owner: Owner,
-                 body: AgentCreate) -> AgentOut:
+async def create(mesh: Mesh, owner: Owner, body: AgentCreate) -> AgentOut:
     assert body.a2a is not None
+    settings = mesh.settings
     remote = body.a2a
     headers = dict(remote.headers or {})
     for name in headers:
@@ -99,7 +99,7 @@ async def create(pool: asyncpg.Pool, redis: aioredis.Redis, settings: Settings, 
                        "virtual-user agent")
     agent_id = ids.agent_id_of(body.name, owner.username)
     card = fetched.card
-    async with pool.acquire() as conn, conn.transaction():
+    async with mesh.pool.acquire() as conn, conn.transaction():
         row = await agents_store.create(
             conn, agent_id=agent_id, owner_id=owner.user_id, name=body.name,
             display_name=body.display_name or str(card.get("name") or body.name)[:200],
@@ -116,7 +116,7 @@ async def create(pool: asyncpg.Pool, redis: aioredis.Redis, settings: Settings, 
         row = await agents_store.get(conn, agent_id)
         view = await store.view(conn, agent_id)
     try:  # the bridge starts following the agent now, not at its next sweep
-        await redis.publish(delivery.NOTIFY_CHANNEL, delivery.webhook_notice(agent_id))
+        await mesh.redis.publish(delivery.NOTIFY_CHANNEL, delivery.webhook_notice(agent_id))
     except (RedisError, OSError) as exc:
         log.warning("could not announce the A2A remote of %s (%s)", agent_id, exc)
     return AgentOut.of(row, a2a=remote_out(view))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import asyncpg
@@ -16,6 +16,7 @@ from app.responses import AgentList, AgentOut, AgentToken, KeyInfo, NewKey, Owne
 from app.services import a2a_remotes, security
 from app.services.auth_throttle import AuthThrottle
 from app.services.kdf import Kdf
+from app.services.mesh import Mesh
 from app.services.principal_cache import PrincipalCache
 from app.services.principals import Agent, Owner
 from app.store import agents as agents_store
@@ -25,19 +26,17 @@ from app.store import runs as runs_store
 from app.store import users as users_store
 from app.store.writes import writes
 
-# Told which agent's credentials changed, after the change committed.
-AuthChanged = Callable[[str], Awaitable[None]]
 
-
-async def register(pool: asyncpg.Pool, settings: Settings, username: str,
-                   password: str, *, kdf: Kdf | None = None) -> Registered:
+async def register(mesh: Mesh, username: str, password: str, *,
+                   kdf: Kdf | None = None) -> Registered:
+    settings = mesh.settings
     if not settings.registration_enabled:
         raise forbidden("registration is disabled on this mesh; ask its operator for an account")
     registration.check(username, password, admin_usernames=settings.admin_usernames)
     # argon2 is deliberately slow (~0.5 s): off the event loop, or every stream
     # and request of this process would stall behind one login.
     password_hash = await (kdf or Kdf()).hash_password(password)
-    async with pool.acquire() as conn, conn.transaction():
+    async with mesh.pool.acquire() as conn, conn.transaction():
         user = await users_store.create(conn, username, password_hash,
                                         username in settings.admin_usernames)
         if user is None:
@@ -63,13 +62,13 @@ async def login(pool: asyncpg.Pool, settings: Settings, username: str,
 
 # --- the doors: every way in goes through these (ADR 032) ----------------------------
 
-async def register_at(pool: asyncpg.Pool, settings: Settings, username: str, password: str, *,
+async def register_at(mesh: Mesh, username: str, password: str, *,
                       address: str, throttle: AuthThrottle | None, kdf: Kdf) -> Registered:
     """A registration from ``address`` (the API's and the console's): the
     per-address bucket, then the process's bounded hasher."""
     if throttle is not None:
         await throttle.attempt("register", address)
-    return await register(pool, settings, username, password, kdf=kdf)
+    return await register(mesh, username, password, kdf=kdf)
 
 
 async def login_at(pool: asyncpg.Pool, settings: Settings, username: str, password: str, *,
@@ -176,13 +175,13 @@ async def virtual_user_of(pool: asyncpg.Pool, owner: Owner, *,
 
 # --- agents --------------------------------------------------------------------------
 
-async def create_agent(pool: asyncpg.Pool, owner: Owner, body: AgentCreate) -> AgentOut:
+async def create_agent(mesh: Mesh, owner: Owner, body: AgentCreate) -> AgentOut:
     if body.name == ids.VIRTUAL_USER_NAME:
         raise conflict(f"the name '{ids.VIRTUAL_USER_NAME}' is reserved for your "
                        "virtual-user agent")
     agent_id = ids.agent_id_of(body.name, owner.username)
     row = await agents_store.create(
-        pool, agent_id=agent_id, owner_id=owner.user_id, name=body.name,
+        mesh.pool, agent_id=agent_id, owner_id=owner.user_id, name=body.name,
         display_name=body.display_name or body.name, description=body.description or "",
         skills=[s.model_dump(exclude_none=True) for s in body.skills or []],
         instructions=body.instructions or "")
@@ -227,8 +226,8 @@ async def agent_view(conn: asyncpg.Pool | asyncpg.Connection, row: Mapping[str, 
 NULLABLE = frozenset({"daily_budget_usd"})
 
 
-async def patch_agent(pool: asyncpg.Pool, owner: Owner, agent_id: str,
-                      body: AgentPatch) -> AgentOut:
+async def patch_agent(mesh: Mesh, owner: Owner, agent_id: str, body: AgentPatch) -> AgentOut:
+    pool = mesh.pool
     changes = body.model_dump(exclude_unset=True)
     if "skills" in changes:
         changes["skills"] = [s.model_dump(exclude_none=True) for s in body.skills or []]
@@ -241,22 +240,20 @@ async def patch_agent(pool: asyncpg.Pool, owner: Owner, agent_id: str,
     return await agent_view(pool, row)
 
 
-async def delete_agent(pool: asyncpg.Pool, owner: Owner, agent_id: str, *,
-                       auth_changed: AuthChanged | None = None) -> None:
-    """``auth_changed(agent_id)`` runs after the commit (open streams end at once)."""
-    async with writes(pool) as tx:
+async def delete_agent(mesh: Mesh, owner: Owner, agent_id: str) -> None:
+    """``mesh.auth_changed(agent_id)`` runs after the commit (open streams end at once)."""
+    async with writes(mesh.pool, wakeup=mesh.wakeup) as tx:
         row = await owned_agent(tx.conn, owner, agent_id)
         if row["kind"] == "virtual-user":
             raise conflict("the virtual-user agent stands for you and cannot be deleted")
         await agents_store.delete(tx.conn, agent_id, owner.user_id)
-        if auth_changed is not None:
-            tx.after_commit(functools.partial(auth_changed, agent_id))
+        tx.after_commit(functools.partial(mesh.auth_changed, agent_id))
 
 
-async def create_key(pool: asyncpg.Pool, owner: Owner, agent_id: str) -> NewKey:
-    await owned_agent(pool, owner, agent_id)
+async def create_key(mesh: Mesh, owner: Owner, agent_id: str) -> NewKey:
+    await owned_agent(mesh.pool, owner, agent_id)
     key = security.new_api_key()
-    row = await keys_store.create(pool, key.key_id, agent_id, key.key_hash)
+    row = await keys_store.create(mesh.pool, key.key_id, agent_id, key.key_hash)
     return NewKey(key_id=key.key_id, api_key=key.api_key, agent_id=agent_id,
                   created_at=row["created_at"])
 
@@ -266,18 +263,16 @@ async def list_keys(pool: asyncpg.Pool, owner: Owner, agent_id: str) -> list[Key
     return [KeyInfo.of(r) for r in await keys_store.list_for_agent(pool, agent_id)]
 
 
-async def revoke_key(pool: asyncpg.Pool, owner: Owner, agent_id: str, key_id: str, *,
-                     auth_changed: AuthChanged | None = None) -> None:
-    """``auth_changed(agent_id)`` runs after the commit (open streams re-check at once)."""
-    async with writes(pool) as tx:
+async def revoke_key(mesh: Mesh, owner: Owner, agent_id: str, key_id: str) -> None:
+    """``mesh.auth_changed(agent_id)`` runs after the commit (open streams re-check at once)."""
+    async with writes(mesh.pool, wakeup=mesh.wakeup) as tx:
         await owned_agent(tx.conn, owner, agent_id)
         if not await keys_store.revoke(tx.conn, agent_id, key_id):
             raise not_found(f"no key '{key_id}' on agent '{agent_id}'")
         # Revoking a key is the owner cutting the agent off: the OAuth clients acting
         # as it are cut off with it (they hold no key of their own), ADR 040.
         await oauth_store.revoke_for_agent(tx.conn, agent_id)
-        if auth_changed is not None:
-            tx.after_commit(functools.partial(auth_changed, agent_id))
+        tx.after_commit(functools.partial(mesh.auth_changed, agent_id))
 
 
 async def list_agents(pool: asyncpg.Pool, owner: Owner) -> AgentList:

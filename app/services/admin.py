@@ -21,8 +21,9 @@ import asyncpg
 
 from app.platform.errors import conflict, not_found
 from app.responses import DeadLetter, DeadLetterEnvelope, DeadLetters, OutboxOverview, RetriedAll, RetriedOne
+from app.services.mesh import Mesh
 from app.store import outbox as outbox_store
-from app.store.writes import Wakeup, writes
+from app.store.writes import writes
 
 RETRY_ALL_BATCH = 1000
 
@@ -52,9 +53,8 @@ async def dead_letters(pool: asyncpg.Pool, *, after_id: int, limit: int) -> Dead
                        next_after_id=rows[-1]["id"] if len(rows) == limit else None)
 
 
-async def retry_one(pool: asyncpg.Pool, row_id: int, *,
-                    wakeup: Wakeup | None = None) -> RetriedOne:
-    async with writes(pool, wakeup=wakeup) as tx:
+async def retry_one(mesh: Mesh, row_id: int) -> RetriedOne:
+    async with writes(mesh.pool, wakeup=mesh.wakeup) as tx:
         if await outbox_store.retry_dead(tx.conn, [row_id]) == 1:
             tx.requeued()
             return RetriedOne(retried=1, ids=[row_id])
@@ -65,12 +65,12 @@ async def retry_one(pool: asyncpg.Pool, row_id: int, *,
                    "can be retried", outbox_status=status)
 
 
-async def retry_all(pool: asyncpg.Pool, *, wakeup: Wakeup | None = None) -> RetriedAll:
+async def retry_all(mesh: Mesh) -> RetriedAll:
     """Every dead letter back to pending, in batches of short transactions (a large
     dead-letter pile never holds one long lock)."""
     retried, after = 0, 0
     while True:
-        async with writes(pool, wakeup=wakeup) as tx:
+        async with writes(mesh.pool, wakeup=mesh.wakeup) as tx:
             rows = await outbox_store.dead_letters(tx.conn, RETRY_ALL_BATCH, after)
             if not rows:
                 break

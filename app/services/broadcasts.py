@@ -26,15 +26,15 @@ from app.domain.schemas import BroadcastCreate, dump_parts
 from app.domain.task_states import TERMINAL
 from app.platform.errors import Problem, bad_request, forbidden, not_found
 from app.platform.metrics import BROADCASTS_SETTLED
-from app.platform.settings import Settings
 from app.responses import BroadcastOut, BroadcastRecipient, MessageOut, TaskOut
 from app.services.group_messages import GROUP_BATCH, batches
 from app.services.hashing import content_hash
+from app.services.mesh import Mesh
 from app.services.principals import Agent
 from app.store import broadcasts as store
 from app.store import social as social_store
 from app.store import teams as teams_store
-from app.store.writes import NewEvent, RecipientMissing, Wakeup, Writes, writes
+from app.store.writes import NewEvent, RecipientMissing, Writes, writes
 
 
 async def _audience(conn: asyncpg.Connection, me: Agent, body: BroadcastCreate) -> list[str]:
@@ -66,13 +66,12 @@ async def _audience(conn: asyncpg.Connection, me: Agent, body: BroadcastCreate) 
     return await teams_store.sort_for_locking(conn, body.to_agent_ids)
 
 
-async def create(pool: asyncpg.Pool, settings: Settings, me: Agent, body: BroadcastCreate, *,
-                 wakeup: Wakeup | None = None) -> BroadcastOut:
+async def create(mesh: Mesh, me: Agent, body: BroadcastCreate) -> BroadcastOut:
     parts = dump_parts(body.message.parts)
     metadata = body.message.metadata
     broadcast_id = ids.new_broadcast_id(me.agent_id)
     context_id = ids.new_context_id(me.agent_id)
-    async with writes(pool, topic=settings.bus_topic, wakeup=wakeup) as tx:
+    async with writes(mesh.pool, topic=mesh.settings.bus_topic, wakeup=mesh.wakeup) as tx:
         recipients = await _audience(tx.conn, me, body)
         need = broadcast_policy.required(body.policy, body.n, len(recipients))
         if need > len(recipients):
@@ -168,11 +167,10 @@ async def settle_locked(tx: Writes, record: asyncpg.Record) -> BroadcastOut | No
     return await _finish(tx, record, decided)
 
 
-async def settle_due(pool: asyncpg.Pool, settings: Settings, broadcast_id: str,
-                     now: datetime) -> BroadcastOut | None:
+async def settle_due(mesh: Mesh, broadcast_id: str, now: datetime) -> BroadcastOut | None:
     """Settle one broadcast whose deadline passed (cron). None if a completion or
     another cron process settled it first: the row lock and the re-check decide."""
-    async with writes(pool, topic=settings.bus_topic) as tx:
+    async with writes(mesh.pool, topic=mesh.settings.bus_topic, wakeup=mesh.wakeup) as tx:
         record = await store.lock_due(tx.conn, broadcast_id, now)
         if record is None:
             return None

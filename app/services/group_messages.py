@@ -5,17 +5,15 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-import asyncpg
-
 from app.domain import ids
 from app.domain.schemas import GroupMessageIn, dump_parts
 from app.platform.errors import forbidden, not_found
-from app.platform.settings import Settings
 from app.responses import GroupMessageOut
+from app.services.mesh import Mesh
 from app.services.principals import Agent
 from app.store import social as social_store
 from app.store import teams as teams_store
-from app.store.writes import NewEvent, Wakeup, writes
+from app.store.writes import NewEvent, writes
 
 # Recipients per append statement: a 10 000-member group is 20 statements in one
 # transaction, not 10 000 round trips, and no statement carries unbounded arrays.
@@ -26,14 +24,13 @@ def batches(items: list[str], size: int) -> list[list[str]]:
     return [items[i:i + size] for i in range(0, len(items), size)]
 
 
-async def post(pool: asyncpg.Pool, settings: Settings, me: Agent, group_id: str,
-               body: GroupMessageIn, *, wakeup: Wakeup | None = None,
+async def post(mesh: Mesh, me: Agent, group_id: str, body: GroupMessageIn, *,
                batch: int = GROUP_BATCH) -> GroupMessageOut:
     message_id = ids.new_message_id(me.agent_id)
     out = GroupMessageOut(group_id=group_id, message_id=message_id, sender=me.agent_id,
                           parts=dump_parts(body.parts), metadata=body.metadata, recipients=0,
                           created_at=datetime.now(UTC))
-    async with writes(pool, topic=settings.bus_topic, wakeup=wakeup) as tx:
+    async with writes(mesh.pool, topic=mesh.settings.bus_topic, wakeup=mesh.wakeup) as tx:
         group = await social_store.get_group(tx.conn, group_id)
         if group is None:
             raise not_found(f"unknown group '{group_id}'")

@@ -15,7 +15,7 @@ import json
 import re
 import secrets
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -33,6 +33,7 @@ from app.platform import webhook_target
 from app.platform.errors import not_found
 from app.platform.settings import Settings
 from app.services import accounts
+from app.services.mesh import Mesh
 from app.services.principals import Agent, Owner
 from app.store import oauth as store
 
@@ -115,7 +116,7 @@ def _check_metadata(meta: Mapping[str, Any], *, what: str) -> list[str]:
     return list(uris)
 
 
-async def register(pool: asyncpg.Pool, meta: Any) -> dict[str, Any]:
+async def register(mesh: Mesh, meta: Any) -> dict[str, Any]:
     """RFC 7591 dynamic registration: a public client with its redirect URIs."""
     if not isinstance(meta, dict):
         raise OAuthError("invalid_client_metadata", "the body must be a JSON object of client metadata")
@@ -127,8 +128,8 @@ async def register(pool: asyncpg.Pool, meta: Any) -> dict[str, Any]:
     name = str(meta.get("client_name") or "")[:200]
     client_uri = meta.get("client_uri") if isinstance(meta.get("client_uri"), str) else None
     client_id = "mc_" + generate_token(32)
-    row = await store.put_client(pool, client_id=client_id, kind="registered", client_name=name,
-                                 client_uri=client_uri, redirect_uris=uris,
+    row = await store.put_client(mesh.pool, client_id=client_id, kind="registered",
+                                 client_name=name, client_uri=client_uri, redirect_uris=uris,
                                  metadata={k: v for k, v in meta.items() if k != "client_secret"},
                                  fetched=False)
     return {"client_id": client_id, "client_id_issued_at": int(row["created_at"].timestamp()),
@@ -264,16 +265,16 @@ def error_redirect(auth: Authorization, issuer: str, e: OAuthError) -> str:
     return redirect_url(auth, issuer, error=e.error, error_description=e.description)
 
 
-async def approve(pool: asyncpg.Pool, settings: Settings, owner: Owner, auth: Authorization,
-                  agent_id: str) -> str:
+async def approve(mesh: Mesh, owner: Owner, auth: Authorization, agent_id: str) -> str:
     """The owner chose ``agent_id`` (one of theirs): a code for the client."""
-    agent = await accounts.owned_agent(pool, owner, agent_id)
+    agent = await accounts.owned_agent(mesh.pool, owner, agent_id)
     code = generate_token(48)
-    await store.add_code(pool, code_hash=_sha(code), client_id=auth.client_id,
+    ttl = mesh.settings.oauth_code_ttl_seconds
+    await store.add_code(mesh.pool, code_hash=_sha(code), client_id=auth.client_id,
                          agent_id=agent["agent_id"], owner_id=owner.user_id,
                          redirect_uri=auth.redirect_uri, code_challenge=auth.code_challenge,
                          resource=auth.resource, scope=auth.scope,
-                         expires_at=datetime.now(UTC) + timedelta(seconds=settings.oauth_code_ttl_seconds))
+                         expires_at=datetime.now(UTC) + timedelta(seconds=ttl))
     return code
 
 
@@ -299,13 +300,12 @@ def _refresh_expiry(settings: Settings) -> datetime:
     return datetime.now(UTC) + timedelta(seconds=settings.oauth_refresh_token_ttl_seconds)
 
 
-async def token(pool: asyncpg.Pool, settings: Settings, form: Mapping[str, str], *,
-                resource: str) -> dict[str, Any]:
+async def token(mesh: Mesh, form: Mapping[str, str], *, resource: str) -> dict[str, Any]:
     grant_type = form.get("grant_type", "")
     if grant_type == "authorization_code":
-        return await _exchange_code(pool, settings, form, resource)
+        return await _exchange_code(mesh.pool, mesh.settings, form, resource)
     if grant_type == "refresh_token":
-        return await _refresh(pool, settings, form, resource)
+        return await _refresh(mesh.pool, mesh.settings, form, resource)
     raise OAuthError("unsupported_grant_type",
                      "grant_type must be 'authorization_code' or 'refresh_token'")
 
@@ -398,10 +398,8 @@ async def connections(pool: asyncpg.Pool, owner: Owner) -> list[dict[str, Any]]:
     return [dict(r) for r in await store.owner_grants(pool, owner.user_id)]
 
 
-async def disconnect(pool: asyncpg.Pool, owner: Owner, grant_id: str, *,
-                     auth_changed: Callable[[str], Awaitable[None]] | None = None) -> None:
-    agent_id = await store.revoke(pool, grant_id, owner.user_id)
+async def disconnect(mesh: Mesh, owner: Owner, grant_id: str) -> None:
+    agent_id = await store.revoke(mesh.pool, grant_id, owner.user_id)
     if agent_id is None:
         raise not_found(f"no connected client '{grant_id}' of yours")
-    if auth_changed is not None:
-        await auth_changed(agent_id)
+    await mesh.auth_changed(agent_id)

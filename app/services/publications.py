@@ -21,6 +21,7 @@ from app.domain.schemas import PublicationCreate
 from app.platform.errors import Problem, conflict, not_found
 from app.platform.settings import Settings
 from app.responses import AgentOut, PublicationOut, PublicationPage
+from app.services.mesh import Mesh
 from app.services.principals import Owner
 from app.store import agents as agents_store
 from app.store import publications as store
@@ -64,10 +65,10 @@ def check_limits(settings: Settings, body: PublicationCreate) -> None:
         raise Problem(422, f"invalid request: {summary}", errors=errors)
 
 
-async def publish(pool: asyncpg.Pool, settings: Settings, me: Owner,
-                  body: PublicationCreate) -> PublicationOut:
+async def publish(mesh: Mesh, me: Owner, body: PublicationCreate) -> PublicationOut:
+    settings = mesh.settings
     check_limits(settings, body)
-    async with pool.acquire() as conn, conn.transaction():
+    async with mesh.pool.acquire() as conn, conn.transaction():
         source = await agents_store.get_owned(conn, body.source_agent_id, me.user_id)
         if source is None or source["kind"] != "normal":
             # The virtual-user agent stands for the owner: it is no template.
@@ -104,14 +105,14 @@ async def search(pool: asyncpg.Pool, me: Owner, *, q: str, tag: str | None, limi
         next_cursor=encode_cursor(last["rank"], last["seq"], digest) if more and last else None)
 
 
-async def fork(pool: asyncpg.Pool, me: Owner, publication_id: str, name: str) -> AgentOut:
+async def fork(mesh: Mesh, me: Owner, publication_id: str, name: str) -> AgentOut:
     """A new agent of ``me`` with the publication's snapshot, ``forked_from`` it;
     the fork count moves in the same transaction (a refused name counts nothing)."""
     if name == ids.VIRTUAL_USER_NAME:
         raise conflict(f"the name '{ids.VIRTUAL_USER_NAME}' is reserved for your "
                        "virtual-user agent")
     agent_id = ids.agent_id_of(name, me.username)
-    async with pool.acquire() as conn, conn.transaction():
+    async with mesh.pool.acquire() as conn, conn.transaction():
         row = await store.count_fork(conn, publication_id)
         if row is None:
             raise not_found(f"no publication '{publication_id}'")
@@ -123,9 +124,9 @@ async def fork(pool: asyncpg.Pool, me: Owner, publication_id: str, name: str) ->
     return AgentOut.of(agent)
 
 
-async def delete(pool: asyncpg.Pool, me: Owner, publication_id: str) -> None:
+async def delete(mesh: Mesh, me: Owner, publication_id: str) -> None:
     """The publisher's only; its forks stay as they are."""
-    if not await store.delete(pool, publication_id, me.user_id):
+    if not await store.delete(mesh.pool, publication_id, me.user_id):
         raise not_found(f"no publication '{publication_id}' published by you")
 
 

@@ -9,15 +9,16 @@ from app.domain import cursors
 from app.domain.schemas import RunReport
 from app.responses.runs import RunOut, RunPage, TaskUsage, Usage, UsageDay
 from app.services import accounts
+from app.services.mesh import Mesh
 from app.services.principals import Agent, Owner
 from app.store import runs as runs_store
 
 USAGE_DAYS_MAX = 366
 
 
-async def report(pool: asyncpg.Pool, me: Agent, body: RunReport) -> tuple[RunOut, bool]:
+async def report(mesh: Mesh, me: Agent, body: RunReport) -> tuple[RunOut, bool]:
     """Idempotent on (agent, run_id): (the run as it stands, True when created)."""
-    row, created = await runs_store.report(pool, me.agent_id, body.model_dump())
+    row, created = await runs_store.report(mesh.pool, me.agent_id, body.model_dump())
     return RunOut.of(row), created
 
 

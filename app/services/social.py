@@ -24,12 +24,13 @@ from app.responses import (
     PendingRequest,
     RosterEntry,
 )
+from app.services.mesh import Mesh
 from app.services.principals import Agent, Owner
 from app.services.reach_cache import ReachChanged
 from app.store import agents as agents_store
 from app.store import directory as directory_store
 from app.store import social as social_store
-from app.store.writes import NewEvent, RecipientMissing, Wakeup, Writes, writes
+from app.store.writes import NewEvent, RecipientMissing, Writes, writes
 
 
 def friend_request(row: asyncpg.Record, **override: Any) -> FriendRequestOut:
@@ -47,24 +48,23 @@ async def _notify(tx: Writes, event: NewEvent) -> None:
 
 # --- friends -----------------------------------------------------------------------
 
-async def request_friend(pool: asyncpg.Pool, settings: Settings, me: Agent, to: str,
-                         note: str | None, *, reach_changed: ReachChanged,
-                         wakeup: Wakeup | None = None) -> tuple[FriendRequestOut, bool]:
+async def request_friend(mesh: Mesh, me: Agent, to: str,
+                         note: str | None) -> tuple[FriendRequestOut, bool]:
     """Returns (request, created). A request to an agent that already asked us
     accepts theirs: both sides want the friendship.
 
-    Every write here that changes who may reach whom runs ``reach_changed()``
+    Every write here that changes who may reach whom runs ``mesh.reach_changed()``
     after its commit (the web processes' relationship caches, app.services.reach_cache)."""
     if to == me.agent_id:
         raise bad_request("an agent cannot befriend itself")
-    async with writes(pool, topic=settings.bus_topic, wakeup=wakeup) as tx:
+    async with writes(mesh.pool, topic=mesh.settings.bus_topic, wakeup=mesh.wakeup) as tx:
         conn = tx.conn
         if await agents_store.get(conn, to) is None:
             raise not_found(f"unknown agent '{to}'")
         existing = await social_store.get_friendship(conn, me.agent_id, to)
         if existing is not None:
-            return await _answer_existing(tx, me, to, existing, reach_changed), False
-        await _check_pending_limit(conn, settings, me)
+            return await _answer_existing(tx, me, to, existing, mesh.reach_changed), False
+        await _check_pending_limit(conn, mesh.settings, me)
         row = await social_store.create_request(conn, ids.new_request_id(), me.agent_id, to,
                                                 note or "")
         if row is None:
@@ -75,7 +75,7 @@ async def request_friend(pool: asyncpg.Pool, settings: Settings, me: Agent, to: 
             if existing is None:  # …and already gone again (rejected, removed)
                 raise conflict(f"a friend request between '{me.agent_id}' and '{to}' changed "
                                "concurrently; retry")
-            return await _answer_existing(tx, me, to, existing, reach_changed), False
+            return await _answer_existing(tx, me, to, existing, mesh.reach_changed), False
         out = friend_request(row)
         await _notify(tx, NewEvent(
             agent_id=to, type="friend.request", from_agent_id=me.agent_id,
@@ -126,25 +126,23 @@ async def _pending_for(conn: asyncpg.Connection, me: Agent, request_id: str) -> 
     return row
 
 
-async def accept_friend(pool: asyncpg.Pool, settings: Settings, me: Agent, request_id: str,
-                        *, reach_changed: ReachChanged,
-                        wakeup: Wakeup | None = None) -> FriendRequestOut:
-    async with writes(pool, topic=settings.bus_topic, wakeup=wakeup) as tx:
-        return await _accept(tx, await _pending_for(tx.conn, me, request_id), reach_changed)
+async def accept_friend(mesh: Mesh, me: Agent, request_id: str) -> FriendRequestOut:
+    async with writes(mesh.pool, topic=mesh.settings.bus_topic, wakeup=mesh.wakeup) as tx:
+        return await _accept(tx, await _pending_for(tx.conn, me, request_id),
+                             mesh.reach_changed)
 
 
-async def reject_friend(pool: asyncpg.Pool, me: Agent, request_id: str) -> FriendRequestOut:
-    async with pool.acquire() as conn, conn.transaction():
+async def reject_friend(mesh: Mesh, me: Agent, request_id: str) -> FriendRequestOut:
+    async with mesh.pool.acquire() as conn, conn.transaction():
         row = await _pending_for(conn, me, request_id)
         await social_store.delete_request(conn, request_id)
         return friend_request(row, status="rejected")
 
 
-async def remove_friend(pool: asyncpg.Pool, me: Agent, other: str, *,
-                        reach_changed: ReachChanged) -> None:
-    if not await social_store.delete_friendship(pool, me.agent_id, other):
+async def remove_friend(mesh: Mesh, me: Agent, other: str) -> None:
+    if not await social_store.delete_friendship(mesh.pool, me.agent_id, other):
         raise not_found(f"'{other}' is not a friend of '{me.agent_id}'")
-    await reach_changed()  # the delete committed on its own
+    await mesh.reach_changed()  # the delete committed on its own
 
 
 async def list_friends(pool: asyncpg.Pool, me: Agent) -> Friends:
@@ -168,8 +166,8 @@ def _pending(r: asyncpg.Record) -> PendingRequest:
 
 # --- groups ---------------------------------------------------------------------------
 
-async def create_group(pool: asyncpg.Pool, owner: Owner, group_id: str, name: str) -> OwnedGroup:
-    row = await social_store.create_group(pool, group_id, name, owner.user_id)
+async def create_group(mesh: Mesh, owner: Owner, group_id: str, name: str) -> OwnedGroup:
+    row = await social_store.create_group(mesh.pool, group_id, name, owner.user_id)
     if row is None:
         raise conflict(f"group_id '{group_id}' is taken; choose another")
     return OwnedGroup.of(row, member_count=0)
@@ -183,12 +181,11 @@ async def _owned_group(conn: asyncpg.Connection | asyncpg.Pool, owner: Owner,
     return row
 
 
-async def add_member(pool: asyncpg.Pool, settings: Settings, owner: Owner, group_id: str,
-                     agent_id: str, role: str, *, reach_changed: ReachChanged,
-                     wakeup: Wakeup | None = None) -> tuple[Membership, bool]:
+async def add_member(mesh: Mesh, owner: Owner, group_id: str, agent_id: str,
+                     role: str) -> tuple[Membership, bool]:
     """One's own agent joins at once; another owner's agent is invited (ADR 030)
     and joins only when it or its owner accepts. Returns (membership, created)."""
-    async with writes(pool, topic=settings.bus_topic, wakeup=wakeup) as tx:
+    async with writes(mesh.pool, topic=mesh.settings.bus_topic, wakeup=mesh.wakeup) as tx:
         conn = tx.conn
         group = await _owned_group(conn, owner, group_id)
         agent = await agents_store.get(conn, agent_id)
@@ -197,7 +194,7 @@ async def add_member(pool: asyncpg.Pool, settings: Settings, owner: Owner, group
         if agent["owner_id"] == owner.user_id:
             row = await social_store.add_member(conn, group_id, agent_id, role)
             if row["inserted"]:
-                tx.after_commit(reach_changed)
+                tx.after_commit(mesh.reach_changed)
                 await _group_notice(tx, agent_id, group, "added", role=role)
             return Membership.of(row, status="member"), bool(row["inserted"])
         # Only an agent already befriended by one of this owner's agents may even
@@ -223,14 +220,12 @@ async def _group_notice(tx: Writes, agent_id: str, group: asyncpg.Record, notice
                  **extra}))
 
 
-async def remove_member(pool: asyncpg.Pool, settings: Settings, owner: Owner, group_id: str,
-                        agent_id: str, *, reach_changed: ReachChanged,
-                        wakeup: Wakeup | None = None) -> None:
+async def remove_member(mesh: Mesh, owner: Owner, group_id: str, agent_id: str) -> None:
     """Remove a member, or withdraw a pending invitation."""
-    async with writes(pool, topic=settings.bus_topic, wakeup=wakeup) as tx:
+    async with writes(mesh.pool, topic=mesh.settings.bus_topic, wakeup=mesh.wakeup) as tx:
         group = await _owned_group(tx.conn, owner, group_id)
         if await social_store.remove_member(tx.conn, group_id, agent_id):
-            tx.after_commit(reach_changed)
+            tx.after_commit(mesh.reach_changed)
             notice = "removed"
         elif await social_store.cancel_invitation(tx.conn, group_id, agent_id):
             notice = "invitation-withdrawn"
@@ -247,17 +242,16 @@ async def group_invitations(pool: asyncpg.Pool, me: Agent) -> GroupInvitations:
     return GroupInvitations(invitations=[GroupInvitation.of(r, status="invited") for r in rows])
 
 
-async def accept_invitation(pool: asyncpg.Pool, me: Agent, group_id: str, *,
-                            reach_changed: ReachChanged) -> Membership:
-    async with pool.acquire() as conn, conn.transaction():
+async def accept_invitation(mesh: Mesh, me: Agent, group_id: str) -> Membership:
+    async with mesh.pool.acquire() as conn, conn.transaction():
         invitation = await _invitation_for(conn, me, group_id)
         row = await social_store.add_member(conn, group_id, me.agent_id, invitation["role"])
-    await reach_changed()  # after the commit: the new member now shares the group
+    await mesh.reach_changed()  # after the commit: the new member now shares the group
     return Membership.of(row, status="member")
 
 
-async def reject_invitation(pool: asyncpg.Pool, me: Agent, group_id: str) -> GroupInvitation:
-    invitation = await _invitation_for(pool, me, group_id)
+async def reject_invitation(mesh: Mesh, me: Agent, group_id: str) -> GroupInvitation:
+    invitation = await _invitation_for(mesh.pool, me, group_id)
     return GroupInvitation.of(invitation, status="rejected")
 
 
@@ -269,12 +263,11 @@ async def _invitation_for(conn: asyncpg.Connection | asyncpg.Pool, me: Agent,
     return row
 
 
-async def leave_group(pool: asyncpg.Pool, me: Agent, group_id: str, *,
-                      reach_changed: ReachChanged) -> None:
+async def leave_group(mesh: Mesh, me: Agent, group_id: str) -> None:
     """Any member may leave, whoever's group it is (ADR 030)."""
-    if not await social_store.remove_member(pool, group_id, me.agent_id):
+    if not await social_store.remove_member(mesh.pool, group_id, me.agent_id):
         raise not_found(f"no group '{group_id}' that you are a member of")
-    await reach_changed()  # the delete committed on its own
+    await mesh.reach_changed()  # the delete committed on its own
 
 
 async def owner_group_invitations(pool: asyncpg.Pool, owner: Owner,
@@ -297,14 +290,12 @@ async def owner_group(pool: asyncpg.Pool, owner: Owner, group_id: str) -> GroupW
     return GroupWithMembers.of(group, members=[RosterEntry.of(m) for m in members])
 
 
-async def delete_group(pool: asyncpg.Pool, settings: Settings, owner: Owner, group_id: str,
-                       *, reach_changed: ReachChanged,
-                       wakeup: Wakeup | None = None) -> None:
+async def delete_group(mesh: Mesh, owner: Owner, group_id: str) -> None:
     """Delete a group and tell its members (one group.notice each) in the same
     transaction: members learn they no longer share it."""
-    async with writes(pool, topic=settings.bus_topic, wakeup=wakeup) as tx:
+    async with writes(mesh.pool, topic=mesh.settings.bus_topic, wakeup=mesh.wakeup) as tx:
         group = await _owned_group(tx.conn, owner, group_id)
-        tx.after_commit(reach_changed)
+        tx.after_commit(mesh.reach_changed)
         members = await social_store.member_ids(tx.conn, group_id)
         await social_store.delete_group(tx.conn, group_id, owner.user_id)
         await tx.append([

@@ -29,14 +29,13 @@ from app.responses import (
 from app.services import broadcasts, task_creates
 from app.services import runs as runs_service
 from app.services.hashing import content_hash
+from app.services.mesh import Mesh
 from app.services.principals import Agent
-from app.services.reach_cache import ReachCache
 from app.services.replay import Replay, message_id_reused, same_request
-from app.services.task_creates import CreateBatcher
 from app.store import inbox as inbox_store
 from app.store import social as social_store
 from app.store import tasks as tasks_store
-from app.store.writes import NewEvent, NewTask, RecipientMissing, Wakeup, Writes, writes
+from app.store.writes import NewEvent, NewTask, RecipientMissing, Writes, writes
 
 
 def _role(sender: str, task: asyncpg.Record | dict[str, Any]) -> str:
@@ -49,11 +48,13 @@ def _other(agent_id: str, task: asyncpg.Record | dict[str, Any]) -> str:
 
 # --- create ------------------------------------------------------------------------
 
-async def check_can_message(conn: asyncpg.Connection | asyncpg.Pool, sender: str,
-                            recipient: str, *, reach: ReachCache | None = None) -> None:
+async def check_can_message(mesh: Mesh, sender: str, recipient: str) -> None:
+    """Refuse unless ``sender`` may message ``recipient``: the process's
+    relationship cache answers when it has one, else Postgres."""
     if sender == recipient:
         raise bad_request("an agent cannot send a task to itself")
-    load = functools.partial(social_store.relationship, conn, sender, recipient)
+    load = functools.partial(social_store.relationship, mesh.pool, sender, recipient)
+    reach = mesh.reach
     rel = await (reach.relationship(sender, recipient, load) if reach is not None else load())
     if not rel.both_exist:  # the sender is authenticated, so the recipient is missing
         raise not_found(f"unknown agent '{recipient}'")
@@ -62,13 +63,11 @@ async def check_can_message(conn: asyncpg.Connection | asyncpg.Pool, sender: str
                         "send a friend request first (POST /v1/mesh/friends/requests)")
 
 
-async def create_task(pool: asyncpg.Pool, settings: Settings, me: Agent, body: TaskCreate, *,
-                      wakeup: Wakeup | None = None, reach: ReachCache | None = None,
-                      creates: CreateBatcher | None = None) -> tuple[TaskWithMessage, bool]:
+async def create_task(mesh: Mesh, me: Agent, body: TaskCreate) -> tuple[TaskWithMessage, bool]:
     """Returns (task with its first message, created?). created=False is an
-    idempotent retry of the same message_id with the same content. ``reach``: the
-    web process's relationship cache (else Postgres is asked); ``creates``: its
-    batcher (else this create is written alone).
+    idempotent retry of the same message_id with the same content. The reach check
+    uses the process's relationship cache, the write its create batcher, when it
+    has them.
 
     One statement writes it all (ADR 028), so the rows and the event payload are
     built here first, with the gateway's clock for created_at; a unique id that
@@ -81,7 +80,7 @@ async def create_task(pool: asyncpg.Pool, settings: Settings, me: Agent, body: T
                                parts=parts, metadata=msg.metadata)
     task_id = body.task_id or ids.new_task_id(me.agent_id)
     context_id = body.context_id or ids.new_context_id(me.agent_id)
-    await check_can_message(pool, me.agent_id, body.to_agent_id, reach=reach)
+    await check_can_message(mesh, me.agent_id, body.to_agent_id)
     now = datetime.now(UTC)
     task_out = TaskOut(task_id=task_id, context_id=context_id, state=task_states.INITIAL,
                        initiator=me.agent_id, serving_agent=body.to_agent_id,
@@ -95,19 +94,21 @@ async def create_task(pool: asyncpg.Pool, settings: Settings, me: Agent, body: T
     new = NewTask(event, message_id=message_id, parts=parts, metadata=msg.metadata,
                   content_hash=fingerprint, created_at=now)
     try:
-        if creates is not None:
+        if mesh.creates is not None:
             # The shared statement runs in the batcher's task: the time this
             # request waits for it is its transaction.
             with tracing.span("mesh.transaction", attributes={"mesh.batched": True}):
-                seq = await creates.create(new)
+                seq = await mesh.creates.create(new)
         else:
-            (seq,) = await task_creates.write(pool, settings.bus_topic, wakeup, [new])
+            (seq,) = await task_creates.write(mesh.pool, mesh.settings.bus_topic,
+                                              mesh.wakeup, [new])
     except asyncpg.UniqueViolationError as exc:
         taken = (task_id_unavailable(task_id)
                  if exc.constraint_name == tasks_store.TASK_ID_TAKEN else None)
-        return _replayed(await _replay_create(pool, message_id, fingerprint, me.agent_id, taken))
+        return _replayed(await _replay_create(mesh.pool, message_id, fingerprint, me.agent_id,
+                                              taken))
     if seq is None:
-        raise await _not_written(pool, me, body.to_agent_id, context_id)
+        raise await _not_written(mesh.pool, me, body.to_agent_id, context_id)
     return TaskWithMessage(**dict(task_out), message=message_out), True
 
 
@@ -232,12 +233,12 @@ def decode_cursor(cursor: str) -> tuple[datetime, str]:
 
 # --- messages ------------------------------------------------------------------------
 
-async def append_message(pool: asyncpg.Pool, settings: Settings, me: Agent, task_id: str,
-                         body: MessageIn, *,
-                         wakeup: Wakeup | None = None) -> tuple[MessageOut, bool]:
+async def append_message(mesh: Mesh, me: Agent, task_id: str,
+                         body: MessageIn) -> tuple[MessageOut, bool]:
     """Two round trips (ADR 028): read the task (with a retry's stored message and
     Postgres's clock), then ONE statement that locks the task, re-checks it is
     open and writes the message, its event and the task's updated_at."""
+    pool = mesh.pool
     message_id = body.message_id or ids.new_message_id(me.agent_id)
     parts = dump_parts(body.parts)
     fingerprint = content_hash(op="message", sender=me.agent_id, task_id=task_id,
@@ -257,7 +258,7 @@ async def append_message(pool: asyncpg.Pool, settings: Settings, me: Agent, task
                      context_id=task["context_id"], from_agent_id=me.agent_id,
                      payload={"message": out.wire()})
     try:
-        async with writes(pool, topic=settings.bus_topic, wakeup=wakeup,
+        async with writes(pool, topic=mesh.settings.bus_topic, wakeup=mesh.wakeup,
                           one_statement=True) as tx:
             seq = await tx.add_message(event, message_id=message_id, role=out.role, parts=parts,
                                        metadata=body.metadata, content_hash=fingerprint,
@@ -299,8 +300,7 @@ async def _insert_message(tx: Writes, me: Agent, task: asyncpg.Record, message_i
 
 # --- status --------------------------------------------------------------------------
 
-async def change_status(pool: asyncpg.Pool, settings: Settings, me: Agent, task_id: str,
-                        body: StatusChange, *, wakeup: Wakeup | None = None) -> TaskOut:
+async def change_status(mesh: Mesh, me: Agent, task_id: str, body: StatusChange) -> TaskOut:
     """Apply a transition (compare-and-set), or answer a repeat of one that already
     took effect with the task as it is, writing nothing (see :func:`_replay_status`)."""
     message_id = fingerprint = None
@@ -312,7 +312,7 @@ async def change_status(pool: asyncpg.Pool, settings: Settings, me: Agent, task_
                                    state=body.state, parts=parts,
                                    metadata=body.message.metadata)
     try:
-        async with writes(pool, topic=settings.bus_topic, wakeup=wakeup) as tx:
+        async with writes(mesh.pool, topic=mesh.settings.bus_topic, wakeup=mesh.wakeup) as tx:
             # Not locked: the compare-and-set below decides races. A try that loses
             # one to an earlier try of this very change is answered as a replay.
             task = await _task_for(tx.conn, me.agent_id, task_id)
@@ -392,15 +392,14 @@ async def _replay_status(conn: asyncpg.Connection, me: Agent, task: asyncpg.Reco
 
 # --- artifacts -----------------------------------------------------------------------
 
-async def add_artifact(pool: asyncpg.Pool, settings: Settings, me: Agent, task_id: str,
-                       body: ArtifactIn, *,
-                       wakeup: Wakeup | None = None) -> tuple[ArtifactOut, bool]:
+async def add_artifact(mesh: Mesh, me: Agent, task_id: str,
+                       body: ArtifactIn) -> tuple[ArtifactOut, bool]:
     artifact_id = body.artifact_id or ids.new_artifact_id()
     parts = dump_parts(body.parts)
     fingerprint = content_hash(op="artifact", name=body.name, description=body.description,
                                parts=parts, metadata=body.metadata)
     try:
-        async with writes(pool, topic=settings.bus_topic, wakeup=wakeup) as tx:
+        async with writes(mesh.pool, topic=mesh.settings.bus_topic, wakeup=mesh.wakeup) as tx:
             task = await _task_for(tx.conn, me.agent_id, task_id, for_update=True)
             if me.agent_id != task["serving_agent"]:
                 raise forbidden("only the serving agent adds artifacts to a task")

@@ -11,16 +11,15 @@ from collections.abc import Mapping
 from typing import Any
 
 import asyncpg
-import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from app.delivery import protocol as delivery
 from app.delivery.webhook_signing import Sealer, new_secret
 from app.platform.errors import Problem, not_found
-from app.platform.settings import Settings
 from app.platform.webhook_target import TargetRefused, check
 from app.responses.webhooks import WebhookCreated, WebhookOut, WebhookStatus
 from app.services import accounts
+from app.services.mesh import Mesh
 from app.services.principals import Owner
 from app.store import webhooks as webhooks_store
 
@@ -34,18 +33,19 @@ def status_of(row: Mapping[str, Any]) -> WebhookStatus:
     return "failing" if row["failures"] else "ok"
 
 
-async def put(pool: asyncpg.Pool, redis: aioredis.Redis, settings: Settings, owner: Owner,
-              agent_id: str, url: str) -> WebhookCreated:
-    await accounts.owned_agent(pool, owner, agent_id)
+async def put(mesh: Mesh, owner: Owner, agent_id: str, url: str) -> WebhookCreated:
+    settings = mesh.settings
+    await accounts.owned_agent(mesh.pool, owner, agent_id)
     try:
         await check(url, allow_private=settings.webhook_allow_private)
     except TargetRefused as exc:
         raise Problem(422, f"webhook url refused: {exc}") from exc
     secret = new_secret()
-    row = await webhooks_store.put(pool, agent_id, url, Sealer.from_settings(settings).seal(secret),
+    row = await webhooks_store.put(mesh.pool, agent_id, url,
+                                   Sealer.from_settings(settings).seal(secret),
                                    settings.webhook_secret_grace_seconds)
     try:
-        await redis.publish(delivery.NOTIFY_CHANNEL, delivery.webhook_notice(agent_id))
+        await mesh.redis.publish(delivery.NOTIFY_CHANNEL, delivery.webhook_notice(agent_id))
     except (RedisError, OSError) as exc:  # the webhook process's sweep finds it anyway
         log.warning("could not announce the webhook of %s (%s)", agent_id, exc)
     return WebhookCreated(url=row["url"], secret=secret, status=status_of(row))
@@ -59,7 +59,7 @@ async def get(pool: asyncpg.Pool, owner: Owner, agent_id: str) -> WebhookOut:
     return WebhookOut.of(row, status=status_of(row))
 
 
-async def remove(pool: asyncpg.Pool, owner: Owner, agent_id: str) -> None:
-    await accounts.owned_agent(pool, owner, agent_id)
-    if not await webhooks_store.delete(pool, agent_id):
+async def remove(mesh: Mesh, owner: Owner, agent_id: str) -> None:
+    await accounts.owned_agent(mesh.pool, owner, agent_id)
+    if not await webhooks_store.delete(mesh.pool, agent_id):
         raise not_found(f"agent '{agent_id}' has no webhook")
