@@ -22,7 +22,6 @@ import logging
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +41,7 @@ from claude_agent_sdk.types import HookEvent
 from meshd import tracing
 from meshd.agent import model_api
 from meshd.agent.budget import budget_stop
+from meshd.agent.outcome import Outcome, run_cost, run_kind, sdk_error_is_failure
 from meshd.agent.permissions import path_guard
 from meshd.agent.policies import actions, notes, sandbox
 from meshd.agent.policies.chitchat import is_chit_chat
@@ -62,11 +62,6 @@ from meshd.runner import set_failed
 
 log = logging.getLogger("meshd.agent")
 
-LIMITS = {
-    "error_max_turns": "turn limit",
-    "error_max_budget_usd": "budget limit",
-    "timeout": "time limit",
-}
 # Events that change who the agent may talk to: the teammates summary is rebuilt.
 TEAM_EVENTS = frozenset({"friend.accepted", "friend.request", "group.notice"})
 RUNTIME = f"claude-agent-sdk/{sdk_version}"
@@ -74,18 +69,6 @@ RUNTIME = f"claude-agent-sdk/{sdk_version}"
 # gives up after this many failed connections (a few seconds), naming the URL.
 UNREACHABLE_RETRIES = 3
 HookSource = Callable[[RunContext], dict[HookEvent, list[HookMatcher]]]
-
-
-@dataclass
-class Outcome:
-    kind: str  # "ok" or a key of LIMITS
-    cost_usd: float
-    turns: int
-    duration_ms: int
-    session_id: str | None
-    text: str
-    session_cost: float | None
-    detail: str = ""  # why a guard stopped the run
 
 
 class AgentRunner:
@@ -306,7 +289,6 @@ class AgentRunner:
         result: ResultMessage | None = None
         session_id: str | None = None
         last_text = ""
-        kind = "ok"
         log.info("run for seq %d (%s, task %s) starting%s", event.seq, event.type, event.task_id,
                  " (resuming the context's session)" if prior else "")  # fmt: skip
         timed_out_at: float | None = None
@@ -329,26 +311,15 @@ class AgentRunner:
                 except TimeoutError:
                     # Noted before the CLI is shut down, which takes a while of its own.
                     timed_out_at = time.monotonic()
-                    kind = "timeout"
         except ClaudeSDKError as e:
             # After a limit result the SDK raises too; a result, when there is one, is what counts.
-            if not stopped() and (result is None or (result.is_error and result.subtype not in LIMITS)):
+            if sdk_error_is_failure(result, stopped()):
                 raise HandlerError(f"the agent run failed: {e}") from e
             log.debug("SDK error after the run's result (ignored): %s", e)
-        if stopped():
-            kind = "guard"
-        elif result is not None and kind == "ok":
-            if result.subtype in LIMITS:
-                kind = result.subtype
-            elif result.is_error:
-                detail = "; ".join(result.errors or []) or result.result or result.subtype
-                status = f" status {result.api_error_status}" if result.api_error_status else ""
-                raise HandlerError(f"the agent run failed (model API at {model_api.base_url()}{status}): "
-                                   f"{detail}")
-        elif result is None and kind == "ok":
-            raise HandlerError("the agent run ended without a result")
+        kind = run_kind(result, timed_out=timed_out_at is not None, guard=stopped(),
+                        model_url=model_api.base_url())
         total = result.total_cost_usd if result and result.total_cost_usd is not None else None
-        cost = max(0.0, (total or prior_cost) - prior_cost)
+        cost = run_cost(result, prior_cost)
         session_id = (result.session_id if result else None) or session_id
         ended = timed_out_at or time.monotonic()
         duration = result.duration_ms if result else int((ended - run.started) * 1000)
