@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from meshd.state import DEFAULT_WINDOW
+from meshd.daemon.state import DEFAULT_WINDOW
 
 Transport = Literal["auto", "sse", "poll"]
 # The gateway answers a long-poll after at most this long (``wait`` ≤ 30 s).

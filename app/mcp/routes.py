@@ -23,7 +23,7 @@ from app.mcp.presence import Heartbeats
 from app.platform.errors import Problem
 from app.platform.settings import Settings
 from app.web.state import state
-from meshd.tool_server import build_server
+from meshd.mcp.tool_server import build_server
 
 
 def _origin(url: str) -> str:

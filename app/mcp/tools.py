@@ -43,8 +43,8 @@ from meshd.catalogue import (
     task_brief,
     timeline_brief,
 )
+from meshd.mcp.tool_server import Handler
 from meshd.models import InboxEvent, Task
-from meshd.tool_server import Handler
 
 CREDENTIALS = "the bearer credential (the agent's API key or token, or the OAuth grant)"
 

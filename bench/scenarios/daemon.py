@@ -43,8 +43,8 @@ async def _rss_when_settled(pid: int, seconds: float) -> int:
 
 async def run(base_url: str, database_url: str, sender: Agent, agent: Agent, *,
               idle: float) -> DaemonRun:
-    if not (REPO / "meshd" / "daemon.py").exists():
-        return DaemonRun(False, "meshd/daemon.py does not exist")
+    if not any((REPO / "meshd" / where).exists() for where in ("daemon.py", "daemon/service.py")):
+        return DaemonRun(False, "this commit has no meshd daemon")
     state_dir = Path(tempfile.mkdtemp(prefix="mesh-bench-meshd-"))
     log_path = state_dir / "daemon.log"
     with open(log_path, "wb") as log:  # noqa: ASYNC230 (before any load runs)

@@ -2,7 +2,7 @@
 case (limit, guard, timeout, error result, no result) is a unit test away.
 
 ``kind`` is ``ok``, ``guard`` (a policy guard stopped it), or a key of
-:data:`LIMITS`; a run that failed raises :class:`~meshd.handlers.HandlerError`
+:data:`LIMITS`; a run that failed raises :class:`~meshd.daemon.handlers.HandlerError`
 with the reason, and the daemon retries it."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from meshd.handlers import HandlerError
+from meshd.daemon.handlers import HandlerError
 
 LIMITS = {
     "error_max_turns": "turn limit",

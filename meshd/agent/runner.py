@@ -53,12 +53,12 @@ from meshd.agent.settings import RISKY_TOOLS, AgentSettings, Policy, RunSettings
 from meshd.agent.tools import NEEDS_WORKING, RunContext, mesh_server, note_part
 from meshd.client import MeshClient
 from meshd.config import config_path, state_root
+from meshd.daemon.handlers import HandlerContext, HandlerError, Reply
+from meshd.daemon.retries import set_failed
+from meshd.daemon.run_reports import CANCELLED, RunReports, gateway_outcome
 from meshd.errors import ConflictError, MeshError, NotFoundError
-from meshd.handlers import HandlerContext, HandlerError, Reply
 from meshd.ids import derived_message_id
 from meshd.models import InboxEvent, Task
-from meshd.run_reports import CANCELLED, RunReports, gateway_outcome
-from meshd.runner import set_failed
 
 log = logging.getLogger("meshd.agent")
 

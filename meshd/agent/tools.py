@@ -24,8 +24,8 @@ from meshd.catalogue import SPECS
 from meshd.client import MeshClient
 from meshd.errors import ConflictError, MeshError
 from meshd.ids import derived_message_id, derived_task_id
-from meshd.mcp_server import explain, task_brief
-from meshd.mcp_teams import timeline_brief
+from meshd.mcp.server import explain, task_brief
+from meshd.mcp.teams import timeline_brief
 from meshd.models import InboxEvent, Part, text_part
 from meshd.task_states import STATES, TRANSITIONS, transitions_text
 
@@ -46,7 +46,7 @@ class RunContext:
     client: MeshClient
     me: str
     event: InboxEvent
-    # This attempt's id (meshd.run_reports): its messages carry it, so the console
+    # This attempt's id (meshd.daemon.run_reports): its messages carry it, so the console
     # pairs each message with the run that posted it.
     run_id: str
     started: float = field(default_factory=time.monotonic)

@@ -16,7 +16,7 @@ from typing import Any, get_args
 from meshd.agent.policies.config import PolicyConfig
 from meshd.agent.settings import AGENT_ATTEMPTS, DEFAULT_RUN_ON, DEFAULT_TOOLS, AgentSettings, RunSettings
 from meshd.cli import run, social, tasks, teams, up
-from meshd.handlers import DEFAULT_TIMEOUT
+from meshd.daemon.handlers import DEFAULT_TIMEOUT
 from meshd.options import DaemonOptions, Transport
 from meshd.task_states import STATES
 

@@ -7,8 +7,8 @@ import argparse
 import logging
 
 from meshd.cli.common import EXIT_OK, cli_config, make_client
+from meshd.daemon.handlers import CallableHandler, ExecHandler, Handler, load_callable
 from meshd.errors import ConfigError
-from meshd.handlers import CallableHandler, ExecHandler, Handler, load_callable
 from meshd.options import MAX_POLL_WAIT, DaemonOptions
 
 
@@ -32,7 +32,7 @@ def daemon_options(args: argparse.Namespace, *, reply: bool) -> DaemonOptions:
 
 
 async def cmd_daemon(args: argparse.Namespace) -> int:
-    from meshd.daemon import Daemon
+    from meshd.daemon.service import Daemon
 
     handler: Handler
     if args.exec_cmd:
@@ -48,7 +48,7 @@ async def cmd_daemon(args: argparse.Namespace) -> int:
 
 
 async def cmd_mcp(args: argparse.Namespace) -> int:
-    from meshd.mcp_server import serve_stdio
+    from meshd.mcp.server import serve_stdio
 
     cfg = cli_config(args)
     await serve_stdio(cfg)
@@ -58,7 +58,7 @@ async def cmd_mcp(args: argparse.Namespace) -> int:
 async def cmd_agent(args: argparse.Namespace) -> int:
     from meshd.agent.policies.config import PolicyConfig
     from meshd.agent.settings import AgentSettings, RunSettings
-    from meshd.daemon import Daemon
+    from meshd.daemon.service import Daemon
 
     try:
         from meshd.agent.runner import AgentRunner

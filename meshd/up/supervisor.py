@@ -32,8 +32,8 @@ from collections.abc import Mapping
 from typing import TextIO
 
 from meshd.backoff import Backoff
+from meshd.daemon.handlers import parent_death_signal
 from meshd.errors import ConfigError
-from meshd.handlers import parent_death_signal
 from meshd.options import Stopped, StopSignal
 from meshd.up.spec import Agent, Plan
 from meshd.up.status import AgentStatus

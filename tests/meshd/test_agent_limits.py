@@ -13,7 +13,7 @@ import threading
 
 import pytest
 
-from meshd.run_reports import INTERRUPTED
+from meshd.daemon.run_reports import INTERRUPTED
 from tests.meshd.agent_support import (
     DONE,
     agent_proc,

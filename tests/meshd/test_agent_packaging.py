@@ -46,7 +46,8 @@ def test_only_the_runner_and_its_tools_import_the_sdk():
 
 def test_the_plain_cli_and_daemon_do_not_load_the_sdk():
     code = (
-        "import sys, meshd.cli, meshd.cli.run, meshd.daemon, meshd.handlers, meshd.agent.settings\n"
+        "import sys, meshd.cli, meshd.cli.run, meshd.daemon.service, meshd.daemon.handlers\n"
+        "import meshd.agent.settings\n"
         "meshd.cli.build_parser().parse_args(['agent', '--max-turns', '3'])\n"
         "assert 'claude_agent_sdk' not in sys.modules, 'the SDK was imported'\n"
     )

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from meshd import MeshClient
-from meshd.run_reports import INTERRUPTED
+from meshd.daemon.run_reports import INTERRUPTED
 from tests.meshd.support import REPO, Probe, Proc, gateway_runs, mesh_cmd, mesh_env, process_exit
 
 EXEC = f"{sys.executable} {REPO / 'tests' / 'meshd' / 'exec_handler.py'}"

@@ -4,8 +4,8 @@ import json
 import stat
 
 from meshd.config import write_config_file
+from meshd.daemon.state import DaemonState
 from meshd.files import atomic_write_json
-from meshd.state import DaemonState
 from tests.meshd.support import REPO
 
 

@@ -3,7 +3,7 @@ import asyncio
 import psutil
 import pytest
 
-from meshd.handlers import (
+from meshd.daemon.handlers import (
     CallableHandler,
     ExecHandler,
     HandlerContext,

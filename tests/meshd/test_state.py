@@ -6,8 +6,8 @@ import sys
 
 import pytest
 
+from meshd.daemon.state import DaemonState, DedupWindow, StateLockedError
 from meshd.files import atomic_write_json
-from meshd.state import DaemonState, DedupWindow, StateLockedError
 from tests.meshd.support import REPO
 
 
@@ -52,7 +52,7 @@ def test_a_failed_write_leaves_the_old_state_and_no_temp_files(tmp_path, monkeyp
 async def test_kill_9_during_saves_never_leaves_a_torn_file(tmp_path):
     """A process saving in a loop is killed at an arbitrary instant; the file is whole."""
     code = (
-        "import sys; from pathlib import Path; from meshd.state import DaemonState\n"
+        "import sys; from pathlib import Path; from meshd.daemon.state import DaemonState\n"
         "s = DaemonState(Path(sys.argv[1]))\n"
         "for seq in range(1, 10**9):\n"
         "    s.record(seq, f'e{seq}'); s.save()\n"

@@ -12,9 +12,9 @@ from meshd.agent.policies.engine import Policies
 from meshd.agent.policies.metrics import PolicyMetrics
 from meshd.agent.tools import RunContext
 from meshd.client import MeshClient
+from meshd.daemon.retries import set_failed
 from meshd.errors import MeshError
 from meshd.models import Task
-from meshd.runner import set_failed
 
 log = logging.getLogger("meshd.agent")
 

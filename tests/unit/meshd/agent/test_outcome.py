@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import pytest
 
 from meshd.agent.outcome import LIMITS, run_cost, run_kind, sdk_error_is_failure
-from meshd.handlers import HandlerError
+from meshd.daemon.handlers import HandlerError
 
 URL = "http://model.test"
 

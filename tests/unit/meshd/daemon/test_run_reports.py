@@ -8,9 +8,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from meshd.daemon.run_reports import INTERRUPTED, RunReports, gateway_outcome
 from meshd.errors import MeshConnectionError, ValidationError
 from meshd.models import InboxEvent
-from meshd.run_reports import INTERRUPTED, RunReports, gateway_outcome
 
 ME = "a@alice"
 

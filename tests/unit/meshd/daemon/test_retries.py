@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from meshd.handlers import HandlerContext, HandlerError
+from meshd.daemon.handlers import HandlerContext, HandlerError
+from meshd.daemon.retries import fail_action, reply_action, run_with_retries
 from meshd.models import InboxEvent
 from meshd.options import DaemonOptions, Stopped, StopSignal
-from meshd.runner import fail_action, reply_action, run_with_retries
 from tests.unit.meshd.test_models import EVENT
 
 OPT = DaemonOptions(attempts=3, retry_initial=1e-6, retry_max=1e-6)

@@ -9,7 +9,7 @@ from typing import Any
 
 from meshd.catalogue import broadcast_brief, directory_brief, timeline_brief
 from meshd.client import MeshClient
-from meshd.tool_server import Handler
+from meshd.mcp.tool_server import Handler
 
 __all__ = ["handlers", "timeline_brief"]
 

@@ -1,8 +1,8 @@
 """``mesh daemon``: follow the inbox, run a handler per event, in seq order, once.
 
-The parts: :mod:`meshd.feed` receives (SSE, long-poll fallback); this module
+The parts: :mod:`meshd.daemon.feed` receives (SSE, long-poll fallback); this module
 keeps order and dedup, owns the life cycle (start, presence, token renewal,
-acks, shutdown) and the state file; :mod:`meshd.runner` runs the handler and
+acks, shutdown) and the state file; :mod:`meshd.daemon.retries` runs the handler and
 posts what it produced. Only after the handler succeeded is the event recorded
 (cursor + dedup window, written atomically) and then acked to the gateway. A
 handler that keeps failing is given up after ``attempts``: the task it served
@@ -27,14 +27,14 @@ from meshd import tracing
 from meshd.backoff import Backoff
 from meshd.client import MeshClient
 from meshd.config import state_root
+from meshd.daemon.feed import InboxFeed
+from meshd.daemon.handlers import Handler, HandlerError
+from meshd.daemon.retries import Outbox, fail_action, reply_action, run_with_retries
+from meshd.daemon.run_reports import RunReports
+from meshd.daemon.state import DaemonState
 from meshd.errors import AuthError, FatalError, MeshConnectionError, MeshError, RateLimitedError, ServerError
-from meshd.feed import InboxFeed
-from meshd.handlers import Handler, HandlerError
 from meshd.models import InboxEvent
 from meshd.options import DaemonOptions, DaemonStats, Stopped, StopSignal, Transport
-from meshd.run_reports import RunReports
-from meshd.runner import Outbox, fail_action, reply_action, run_with_retries
-from meshd.state import DaemonState
 
 __all__ = ["REPLY_TYPES", "Daemon", "DaemonOptions", "DaemonStats", "FatalError", "Transport"]
 

@@ -16,6 +16,9 @@ from typing import Any
 
 from meshd.backoff import Backoff
 from meshd.client import MeshClient
+from meshd.daemon.handlers import Handler, HandlerContext, HandlerError, Reply
+from meshd.daemon.run_reports import RunReports
+from meshd.daemon.state import DaemonState
 from meshd.errors import (
     AuthError,
     ConflictError,
@@ -26,12 +29,9 @@ from meshd.errors import (
     RateLimitedError,
     ServerError,
 )
-from meshd.handlers import Handler, HandlerContext, HandlerError, Reply
 from meshd.ids import derived_message_id
 from meshd.models import InboxEvent, Part, Task, text_part
 from meshd.options import DaemonOptions, StopSignal
-from meshd.run_reports import RunReports
-from meshd.state import DaemonState
 
 log = logging.getLogger("meshd.daemon")
 

@@ -26,12 +26,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from meshd import tracing
+from meshd.daemon.run_reports import CANCELLED
 from meshd.models import InboxEvent, Part
-from meshd.run_reports import CANCELLED
 
 if TYPE_CHECKING:
     from meshd.client import MeshClient
-    from meshd.run_reports import RunReports
+    from meshd.daemon.run_reports import RunReports
 
 Reply = str | list[Part] | None
 STDERR_TAIL = 2000
@@ -50,7 +50,7 @@ class HandlerContext:
     client: MeshClient
     agent_id: str
     attempt: int
-    # The runtime's run reports (meshd.run_reports); None outside the daemon.
+    # The runtime's run reports (meshd.daemon.run_reports); None outside the daemon.
     reports: RunReports | None = None
 
 

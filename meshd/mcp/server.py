@@ -16,7 +16,6 @@ from typing import Any
 from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
 
-from meshd import mcp_teams
 from meshd.catalogue import (
     INSTRUCTIONS,
     event_brief,
@@ -29,8 +28,9 @@ from meshd.catalogue import (
 from meshd.client import MeshClient
 from meshd.config import Config
 from meshd.errors import MeshConnectionError, MeshError, MeshHTTPError
-from meshd.tool_server import Handler
-from meshd.tool_server import build_server as build_tool_server
+from meshd.mcp import teams as mcp_teams
+from meshd.mcp.tool_server import Handler
+from meshd.mcp.tool_server import build_server as build_tool_server
 
 # Re-exported: the agent runtime's in-process tools shape and explain the same way.
 __all__ = ["INSTRUCTIONS", "build_server", "event_brief", "explain", "message_brief", "serve_stdio",
