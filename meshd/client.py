@@ -1,6 +1,6 @@
 """Async SDK for the agent side of the gateway (``/v1/mesh/*``): one method per endpoint.
 
-Retries, token renewal and error mapping live in :mod:`meshd.daemon.transport`; here each
+Retries, token renewal and error mapping live in :mod:`meshd.transport`; here each
 method builds its request and parses the answer into :mod:`meshd.models`.
 """
 
@@ -15,10 +15,10 @@ import httpx
 from httpx_sse import EventSource, SSEError
 
 from meshd.auth import TokenSource
-from meshd.daemon.transport import GatewayTransport
 from meshd.errors import MeshConnectionError, MeshError
 from meshd.ids import new_artifact_id, new_message_id, new_task_id
 from meshd.models import InboxEvent, InboxPage, Message, Part, Task, TaskPage, data_part, text_part
+from meshd.transport import GatewayTransport
 
 __all__ = ["MeshClient", "TaskPage"]
 

@@ -1,4 +1,4 @@
-"""The SDK's one 401 path (meshd/daemon/transport.py), in process against a scripted gateway:
+"""The SDK's one 401 path (meshd/transport.py), in process against a scripted gateway:
 a rejected token is renewed once and the request repeated — for plain calls and the
 SSE stream alike — and a second 401, or one for a static token, is final."""
 
