@@ -24,8 +24,7 @@ def as_actor(ctx: Ctx, agent: AgentOut) -> Agent:
 
 
 async def actor(ctx: Ctx, agent_id: str) -> Agent:
-    row = await accounts.owned_agent(ctx.state.pool, ctx.owner, agent_id)
-    return Agent(row["agent_id"], ctx.owner.user_id, row["kind"])
+    return await accounts.act_as(ctx.state.pool, ctx.owner, agent_id)
 
 
 async def human(ctx: Ctx) -> Agent:
