@@ -19,8 +19,7 @@ from app.domain.schemas import TaskCreate
 from app.platform.errors import Problem
 from app.platform.settings import Settings
 from app.responses import TaskWithMessage
-from app.services import accounts
-from app.services import tasks as tasks_service
+from app.services import accounts, task_creation
 from app.services.mesh import Mesh
 from app.services.task_creates import CreateBatcher
 from tests.support.meshapi import MeshFactory
@@ -51,13 +50,13 @@ async def test_creates_queued_behind_a_busy_slot_go_in_one_statement(
         redis_client: aioredis.Redis) -> None:
     a, b = await mesh.pair()
     me = await accounts.resolve(db, migrated, a.token)
-    first, _ = await tasks_service.create_task(Mesh(db, migrated, redis_client), me,
+    first, _ = await task_creation.create_task(Mesh(db, migrated, redis_client), me,
                                                _create(b.agent_id, "stored", "m-batch-1"))
     creates = CreateBatcher(db, migrated.bus_topic, None, max_batch=64, in_flight=1)
     batched = Mesh(db, migrated, redis_client, creates=creates)
 
     def send(body: TaskCreate) -> Awaitable[tuple[TaskWithMessage, bool]]:
-        return asyncio.ensure_future(tasks_service.create_task(batched, me, body))
+        return asyncio.ensure_future(task_creation.create_task(batched, me, body))
 
     seq_before = await db.fetchval("SELECT inbox_seq FROM agents WHERE agent_id = $1",
                                    b.agent_id)
@@ -114,12 +113,12 @@ async def test_a_batch_reaching_a_deleted_agent_writes_the_others(
     statements_before = _statements()
     async with db.acquire() as holder, holder.transaction():
         await holder.execute("SELECT 1 FROM agents WHERE agent_id = $1 FOR UPDATE", b.agent_id)
-        head = asyncio.ensure_future(tasks_service.create_task(
+        head = asyncio.ensure_future(task_creation.create_task(
             batched, me, _create(b.agent_id, "head")))
         await _until(lambda: list(creates.sizes) == [1])
-        to_b = asyncio.ensure_future(tasks_service.create_task(
+        to_b = asyncio.ensure_future(task_creation.create_task(
             batched, me, _create(b.agent_id, "to b")))
-        to_c = asyncio.ensure_future(tasks_service.create_task(
+        to_c = asyncio.ensure_future(task_creation.create_task(
             batched, me, _create(c.agent_id, "to c")))
         await _until(lambda: creates.queued == 2)
         # c goes away after the reach check passed (its create is queued).

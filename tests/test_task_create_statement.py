@@ -15,7 +15,7 @@ import redis.asyncio as aioredis
 from app.domain.schemas import TaskCreate
 from app.platform.errors import Problem
 from app.platform.settings import Settings
-from app.services import accounts
+from app.services import accounts, task_creation
 from app.services import tasks as tasks_service
 from app.services.mesh import Mesh
 from app.services.reach_cache import ReachCache
@@ -51,7 +51,7 @@ async def test_create_writes_task_message_event_and_outbox_row_together(
     a, b = await mesh.pair()
     me = await accounts.resolve(db, migrated, a.token)
     before = await _written(db, b.agent_id)
-    task, created = await tasks_service.create_task(plain, me, _create(b.agent_id, "hi"))
+    task, created = await task_creation.create_task(plain, me, _create(b.agent_id, "hi"))
     assert created
     seq, events, outbox, tasks = await _written(db, b.agent_id)
     assert (seq, events, outbox, tasks) == (before[0] + 1, before[1] + 1, before[2] + 1,
@@ -73,27 +73,27 @@ async def test_a_taken_id_writes_nothing(mesh: MeshFactory, migrated: Settings,
                                          db: asyncpg.Pool, plain: Mesh) -> None:
     a, b = await mesh.pair()
     me = await accounts.resolve(db, migrated, a.token)
-    first, _ = await tasks_service.create_task(
+    first, _ = await task_creation.create_task(
         plain, me, _create(b.agent_id, "one", message_id="m-fixed-1"))
     before = await _written(db, b.agent_id)
 
     # The same message again: the stored task, created=False, nothing new.
-    again, created = await tasks_service.create_task(
+    again, created = await task_creation.create_task(
         plain, me, _create(b.agent_id, "one", message_id="m-fixed-1"))
     assert not created and again.task_id == first.task_id
     # The same message_id with other content: 409.
     with pytest.raises(Problem) as reused:
-        await tasks_service.create_task(
+        await task_creation.create_task(
             plain, me, _create(b.agent_id, "other", message_id="m-fixed-1"))
     assert reused.value.status == 409
     # A task_id that is taken: 409, whoever holds it.
     with pytest.raises(Problem) as taken:
-        await tasks_service.create_task(plain, me,
+        await task_creation.create_task(plain, me,
                                         _create(b.agent_id, "two", task_id=first.task_id))
     assert taken.value.status == 409 and "not available" in taken.value.detail
     # No seq was spent on any of them: the next event follows without a gap.
     assert await _written(db, b.agent_id) == before
-    await tasks_service.create_task(plain, me, _create(b.agent_id, "three"))
+    await task_creation.create_task(plain, me, _create(b.agent_id, "three"))
     assert (await _written(db, b.agent_id))[0] == before[0] + 1
 
 
@@ -103,7 +103,7 @@ async def test_a_recipient_deleted_after_the_reach_check_gets_nothing(
     a, b = await mesh.pair()
     me = await accounts.resolve(db, migrated, a.token)
     cached = dataclasses.replace(plain, reach=ReachCache(100, 600))
-    await tasks_service.create_task(cached, me, _create(b.agent_id, "one"))
+    await task_creation.create_task(cached, me, _create(b.agent_id, "one"))
     # Deleted behind the cache's back: the cached "friends" still lets the send
     # through to the statement, which must find no counter row and write nothing.
     await db.execute("DELETE FROM agents WHERE agent_id = $1", b.agent_id)
@@ -112,7 +112,7 @@ async def test_a_recipient_deleted_after_the_reach_check_gets_nothing(
     outbox_before = await db.fetchval("SELECT count(*) FROM outbox_events WHERE key = $1",
                                       b.agent_id)
     with pytest.raises(Problem) as gone:
-        await tasks_service.create_task(cached, me, _create(b.agent_id, "two"))
+        await task_creation.create_task(cached, me, _create(b.agent_id, "two"))
     assert gone.value.status == 404 and "no longer exists" in gone.value.detail
     assert await db.fetchval("SELECT count(*) FROM tasks WHERE initiator = $1",
                              a.agent_id) == tasks_before
@@ -146,7 +146,7 @@ async def test_a_message_racing_a_close_is_refused_and_writes_nothing(
 
     a, b = await mesh.pair()
     me = await accounts.resolve(db, migrated, a.token)
-    task, _ = await tasks_service.create_task(plain, me, _create(b.agent_id, "open"))
+    task, _ = await task_creation.create_task(plain, me, _create(b.agent_id, "open"))
     before = await _written(db, b.agent_id)
     async with db.acquire() as holder:
         tx = holder.transaction()
@@ -175,7 +175,7 @@ async def test_a_message_records_its_seq_and_moves_the_task(
     a, b = await mesh.pair()
     me = await accounts.resolve(db, migrated, a.token)
     them = await accounts.resolve(db, migrated, b.token)
-    task, _ = await tasks_service.create_task(plain, me, _create(b.agent_id, "hi"))
+    task, _ = await task_creation.create_task(plain, me, _create(b.agent_id, "hi"))
     touched_before = await db.fetchval("SELECT updated_at FROM tasks WHERE task_id = $1",
                                        task.task_id)
     reply, created = await tasks_service.append_message(

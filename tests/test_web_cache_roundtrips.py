@@ -13,7 +13,7 @@ import redis.asyncio as aioredis
 from app.domain.schemas import MessageIn, TaskCreate
 from app.platform.db import create_pool
 from app.platform.settings import Settings
-from app.services import accounts
+from app.services import accounts, task_creation
 from app.services import tasks as tasks_service
 from app.services.mesh import Mesh
 from app.services.principal_cache import PrincipalCache
@@ -75,10 +75,10 @@ async def test_round_trips_per_send(mesh: MeshFactory, migrated: Settings,
     assert statements.take() == []  # …the next ones do not
 
     create = TaskCreate.model_validate({"to_agent_id": b.agent_id, "message": _text("one")})
-    await tasks_service.create_task(web, me, create)
+    await task_creation.create_task(web, me, create)
     first = statements.take()
     create = TaskCreate.model_validate({"to_agent_id": b.agent_id, "message": _text("two")})
-    task, created = await tasks_service.create_task(web, me, create)
+    task, created = await task_creation.create_task(web, me, create)
     assert created
     warm = statements.take()
     print(f"create: {len(first)} round trips cold, {len(warm)} warm: {warm}")

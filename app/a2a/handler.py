@@ -3,9 +3,9 @@
 Not the SDK's DefaultRequestHandler: that one runs an AgentExecutor in this
 process and keeps events in an in-memory queue, so the serving agent must be
 online and a dropped stream loses what it missed. Here every A2A call is a
-mesh service call (app.services.tasks) — the same unit of work, permissions,
-idempotency and ordering as the HTTP API — and a stream is read from the
-caller's durable inbox (ADR 017).
+mesh service call (app.services.task_creation, app.services.tasks) — the same
+unit of work, permissions, idempotency and ordering as the HTTP API — and a
+stream is read from the caller's durable inbox (ADR 017).
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ from app.a2a.call import MeshCall
 from app.a2a.errors import a2a_errors
 from app.a2a.follow import follow
 from app.domain.schemas import MessageIn, StatusChange, TaskCreate
-from app.services import tasks
+from app.services import task_creation, tasks
 from app.store import agents as agents_store
 from app.store import inbox as inbox_store
 from app.web.inputs import check_storable
@@ -113,7 +113,7 @@ class MeshRequestHandler(RequestHandler):
                 {"to_agent_id": c.target, "message": body, "context_id": msg.context_id or None})
             # A new task's id is the mesh's: a config's id defaults to it afterwards.
             checked = None if config is None else await push.check_config(s, config, "-")
-            created, _ = await tasks.create_task(s, c.me, create)
+            created, _ = await task_creation.create_task(s, c.me, create)
             if checked is not None and config is not None:
                 checked = dataclasses.replace(checked, config_id=push.config_id_of(
                     config.id, created.task_id))

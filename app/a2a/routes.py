@@ -23,7 +23,7 @@ from app.a2a.call import CALL_KEY, MeshCall
 from app.a2a.handler import MeshRequestHandler
 from app.platform import fastjson
 from app.platform.errors import Problem
-from app.services import tasks
+from app.services import task_creation
 from app.services.principals import Agent
 from app.web.auth import PRINCIPAL, authenticate
 from app.web.inputs import BIGINT_MAX, check_json_content_type, check_path_params
@@ -75,8 +75,8 @@ def guarded(endpoint: Endpoint) -> Endpoint:
     A2A's HTTP bindings say — then let the SDK answer."""
     async def guard(request: Request) -> Response:
         me = await caller(request)
-        await tasks.check_can_message(state(request), me.agent_id,
-                                      request.path_params["agent_id"])
+        await task_creation.check_can_message(state(request), me.agent_id,
+                                              request.path_params["agent_id"])
         if request.method == "POST":
             check_json_content_type(request)  # 415, as the REST API answers
         request.scope["mesh.a2a.resume_after"] = _resume_after(request)

@@ -11,7 +11,7 @@ from app.domain.schemas import ArtifactIn, MessageIn, StatusChange, TaskCreate
 from app.domain.task_states import STATES
 from app.platform.errors import Problem
 from app.responses import ArtifactOut, MessageOut, TaskDetail, TaskOut, TaskPage, TaskWithMessage
-from app.services import tasks
+from app.services import task_creation, tasks
 from app.services.principals import Agent
 from app.web.endpoint import endpoint, json, query_param
 from app.web.inputs import body, int_query, valid_id
@@ -23,7 +23,7 @@ from app.web.state import state
 async def create_task(request: Request, me: Agent) -> Response:
     data = await body(request, TaskCreate)
     s = state(request)
-    result, created = await tasks.create_task(s, me, data)
+    result, created = await task_creation.create_task(s, me, data)
     return json(result, 201 if created else 200)
 
 

@@ -12,7 +12,7 @@ from app.domain.ids import is_valid_id
 from app.domain.schemas import MessageIn, StatusChange, TaskCreate
 from app.domain.task_states import STATES
 from app.platform.errors import Problem
-from app.services import social, timeline
+from app.services import social, task_creation, timeline
 from app.services import tasks as tasks_service
 from app.store import tasks as tasks_store
 
@@ -66,7 +66,7 @@ async def start_task(ctx: Ctx) -> Response:
                                   "message": _text_message(ctx.form.get("text", "")).model_dump(
                                       exclude_none=True)})
     s = ctx.state
-    created, _ = await tasks_service.create_task(s, await human(ctx), body)
+    created, _ = await task_creation.create_task(s, await human(ctx), body)
     return back(f"/console/tasks/{created.task_id}")
 
 

@@ -1,8 +1,9 @@
 """Who calls ``/mcp``: ``Authorization: Bearer`` with an agent's API key, an OAuth
-access token the gateway issued for one agent (app/services/oauth.py), or any token
-the REST API accepts (an agent's access token; an owner's, acting as its virtual
-user). A missing or refused credential is a 401 whose ``WWW-Authenticate`` names the
-protected-resource metadata (RFC 9728), where a client learns how to get one."""
+access token the gateway issued for one agent (app/services/oauth_tokens.py), or
+any token the REST API accepts (an agent's access token; an owner's, acting as its
+virtual user). A missing or refused credential is a 401 whose ``WWW-Authenticate``
+names the protected-resource metadata (RFC 9728), where a client learns how to get
+one."""
 
 from __future__ import annotations
 

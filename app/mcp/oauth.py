@@ -1,7 +1,8 @@
 """The OAuth 2.1 endpoints of the gateway as the authorization server of ``/mcp``:
 metadata (RFC 8414), dynamic registration (RFC 7591), the authorization endpoint
 (which hands the owner to the console to sign in and consent) and the token endpoint.
-The logic is app/services/oauth.py; this is the HTTP edge."""
+The logic is app/services/oauth.py and app/services/oauth_tokens.py; this is the
+HTTP edge."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from starlette.routing import BaseRoute, Route
 
 from app.mcp.auth import PATH
 from app.platform.errors import Problem
-from app.services import oauth
+from app.services import oauth, oauth_tokens
 from app.services.oauth import OAuthError
 from app.web import endpoint, ratelimit
 from app.web.auth import client_address
@@ -137,7 +138,7 @@ async def token(request: Request) -> Response:
         raw = (await request.body()).decode("utf-8", errors="replace")
         form = dict(parse_qsl(raw, keep_blank_values=True))
         check_storable(form)
-        return _answer(await oauth.token(s, form, resource=resource(request)))
+        return _answer(await oauth_tokens.token(s, form, resource=resource(request)))
     except OAuthError as e:
         return _refused(e)
     except Problem as p:

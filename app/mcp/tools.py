@@ -26,6 +26,7 @@ from app.services import (
     group_messages,
     inbox,
     social,
+    task_creation,
     tasks,
     timeline,
 )
@@ -128,7 +129,7 @@ async def send(ctx: Any, a: dict[str, Any]) -> Any:
             "message": {"parts": _parts(a["text"], a.get("data")), "metadata": meta or None}}
     if a.get("context_id"):
         body["context_id"] = a["context_id"]
-    result, _created = await tasks.create_task(s, me, _model(TaskCreate, body))
+    result, _created = await task_creation.create_task(s, me, _model(TaskCreate, body))
     return sent_brief(Task.from_json(_out(result)))
 
 

@@ -1,20 +1,18 @@
-"""OAuth 2.1 for remote MCP clients (ADR 040): clients, the owner's consent, codes with
-PKCE, access and refresh tokens bound to one agent and to the ``/mcp`` resource.
+"""OAuth 2.1 for remote MCP clients (ADR 040): the clients, the owner's consent that
+gives one of them a code with PKCE for one of the owner's agents, and the owner's
+view of what is connected. The tokens a code is exchanged for, and their check, are
+app/services/oauth_tokens.py.
 
 Public clients only (``token_endpoint_auth_method: none``): a hosted connector or a
 CLI cannot keep a secret, PKCE S256 is what binds a code to the client that asked.
-authlib supplies the protocol's pieces (S256, token generation, the RFC 7591 and RFC
-8414 metadata checks); the state lives in Postgres (app/store/oauth.py).
+authlib supplies the protocol's pieces (token generation, the RFC 7591 and RFC 8414
+metadata checks); the state lives in Postgres (app/store/oauth.py).
 """
 
 from __future__ import annotations
 
 import hashlib
-import hmac
 import json
-import re
-import secrets
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -23,10 +21,8 @@ from urllib.parse import urlencode, urlsplit
 
 import asyncpg
 import httpx
-import jwt
 from authlib.common.security import generate_token
 from authlib.oauth2.rfc7591 import ClientMetadataClaims
-from authlib.oauth2.rfc7636 import create_s256_code_challenge
 from joserfc.errors import JoseError  # what authlib's claim checks raise
 
 from app.platform import webhook_target
@@ -34,13 +30,11 @@ from app.platform.errors import not_found
 from app.platform.settings import Settings
 from app.services import accounts
 from app.services.mesh import Mesh
-from app.services.principals import Agent, Owner
+from app.services.principals import Owner
 from app.store import oauth as store
 
 SCOPE = "mcp"
 RESOURCE_PATH = "/mcp"  # the one resource tokens are issued for: the remote MCP endpoint
-TOKEN_TYPE = "oauth"
-_VERIFIER = re.compile(r"[A-Za-z0-9\-._~]{43,128}")
 _FORBIDDEN_SCHEMES = {"javascript", "data", "file", "vbscript", "about", "blob"}
 # A metadata document larger than this is refused (they are a few hundred bytes).
 MAX_DOCUMENT_BYTES = 16 * 1024
@@ -63,8 +57,10 @@ class OAuthError(Exception):
         return {"error": self.error, "error_description": self.description}
 
 
-def _sha(value: str) -> str:
-    return hashlib.sha256(value.encode()).hexdigest()
+def digest(secret: str) -> str:
+    """What Postgres keeps of a code or a refresh token: a read of the tables gives
+    no secret that could be presented."""
+    return hashlib.sha256(secret.encode()).hexdigest()
 
 
 # --- clients -------------------------------------------------------------------------
@@ -83,7 +79,7 @@ def _redirect_ok(uri: str) -> bool:
     return True  # a native app's private-use scheme (RFC 8252 §7.1)
 
 
-def _same_redirect(registered: str, given: str) -> bool:
+def same_redirect(registered: str, given: str) -> bool:
     """Exact match, except that a loopback redirect may use any port (RFC 8252 §7.3)."""
     if registered == given:
         return True
@@ -232,7 +228,7 @@ async def check_authorization(pool: asyncpg.Pool, settings: Settings, params: Ma
     row = await client(pool, settings, params.get("client_id", ""), fetch=fetch)
     registered: list[str] = list(row["redirect_uris"])
     redirect_uri = params.get("redirect_uri") or (registered[0] if len(registered) == 1 else "")
-    if not any(_same_redirect(r, redirect_uri) for r in registered):
+    if not any(same_redirect(r, redirect_uri) for r in registered):
         raise OAuthError("invalid_request", "redirect_uri is missing or is not one the client registered")
 
     challenge = params.get("code_challenge", "")
@@ -270,126 +266,12 @@ async def approve(mesh: Mesh, owner: Owner, auth: Authorization, agent_id: str) 
     agent = await accounts.owned_agent(mesh.pool, owner, agent_id)
     code = generate_token(48)
     ttl = mesh.settings.oauth_code_ttl_seconds
-    await store.add_code(mesh.pool, code_hash=_sha(code), client_id=auth.client_id,
+    await store.add_code(mesh.pool, code_hash=digest(code), client_id=auth.client_id,
                          agent_id=agent["agent_id"], owner_id=owner.user_id,
                          redirect_uri=auth.redirect_uri, code_challenge=auth.code_challenge,
                          resource=auth.resource, scope=auth.scope,
                          expires_at=datetime.now(UTC) + timedelta(seconds=ttl))
     return code
-
-
-# --- tokens ----------------------------------------------------------------------------
-
-def _access_token(settings: Settings, grant_id: str, agent_id: str, client_id: str,
-                  resource: str) -> str:
-    now = int(time.time())
-    claims = {"iss": settings.jwt_issuer, "sub": agent_id, "typ": TOKEN_TYPE, "gid": grant_id,
-              "cid": client_id, "aud": resource, "scope": SCOPE, "iat": now,
-              "exp": now + settings.oauth_access_token_ttl_seconds, "jti": secrets.token_hex(8)}
-    return jwt.encode(claims, settings.jwt_secret, algorithm="HS256")
-
-
-def _tokens(settings: Settings, grant_id: str, agent_id: str, client_id: str, resource: str,
-            refresh: str) -> dict[str, Any]:
-    return {"access_token": _access_token(settings, grant_id, agent_id, client_id, resource),
-            "token_type": "Bearer", "expires_in": settings.oauth_access_token_ttl_seconds,
-            "refresh_token": refresh, "scope": SCOPE}
-
-
-def _refresh_expiry(settings: Settings) -> datetime:
-    return datetime.now(UTC) + timedelta(seconds=settings.oauth_refresh_token_ttl_seconds)
-
-
-async def token(mesh: Mesh, form: Mapping[str, str], *, resource: str) -> dict[str, Any]:
-    grant_type = form.get("grant_type", "")
-    if grant_type == "authorization_code":
-        return await _exchange_code(mesh.pool, mesh.settings, form, resource)
-    if grant_type == "refresh_token":
-        return await _refresh(mesh.pool, mesh.settings, form, resource)
-    raise OAuthError("unsupported_grant_type",
-                     "grant_type must be 'authorization_code' or 'refresh_token'")
-
-
-async def _exchange_code(pool: asyncpg.Pool, settings: Settings, form: Mapping[str, str],
-                         resource: str) -> dict[str, Any]:
-    client_id = form.get("client_id", "")
-    await client(pool, settings, client_id, fetch=False)
-    verifier = form.get("code_verifier", "")
-    if not _VERIFIER.fullmatch(verifier):
-        raise OAuthError("invalid_request", "code_verifier is missing or malformed (43-128 characters "
-                                            "of A-Z a-z 0-9 - . _ ~)")
-    code_hash = _sha(form.get("code", ""))
-    # Spent by the first attempt, right or wrong: a code is presented once.
-    row, replayed = await store.spend_code(pool, code_hash)
-    if row is None:
-        if replayed is not None:  # RFC 6749 §4.1.2: a code used twice ends its grant
-            await store.revoke_grant(pool, replayed)
-        raise OAuthError("invalid_grant", "the code is unknown, expired or already used")
-    if row["client_id"] != client_id:
-        raise OAuthError("invalid_grant", "the code was issued to another client")
-    if not _same_redirect(row["redirect_uri"], form.get("redirect_uri") or row["redirect_uri"]):
-        raise OAuthError("invalid_grant", "redirect_uri differs from the authorization request's")
-    if not hmac.compare_digest(create_s256_code_challenge(verifier), row["code_challenge"]):
-        raise OAuthError("invalid_grant", "code_verifier does not match the code_challenge")
-    asked = form.get("resource") or row["resource"]
-    if asked.rstrip("/") != row["resource"] or row["resource"] != resource:
-        raise OAuthError("invalid_target", f"the code is for the resource '{row['resource']}'")
-    grant_id, refresh = "og_" + generate_token(24), "mr_" + generate_token(48)
-    async with pool.acquire() as conn, conn.transaction():
-        await store.add_grant(conn, grant_id=grant_id, client_id=client_id,
-                              agent_id=row["agent_id"], owner_id=row["owner_id"],
-                              resource=row["resource"], scope=row["scope"],
-                              refresh_hash=_sha(refresh), refresh_expires_at=_refresh_expiry(settings),
-                              code_hash=code_hash)
-    return _tokens(settings, grant_id, row["agent_id"], client_id, row["resource"], refresh)
-
-
-async def _refresh(pool: asyncpg.Pool, settings: Settings, form: Mapping[str, str],
-                   resource: str) -> dict[str, Any]:
-    """Refresh tokens rotate (OAuth 2.1 §4.3.1 for public clients): each use returns a
-    new one; presenting a replaced one means it leaked, and ends the grant."""
-    old = form.get("refresh_token", "")
-    refresh = "mr_" + generate_token(48)
-    row = await store.rotate_refresh(pool, _sha(old), _sha(refresh), _refresh_expiry(settings))
-    if row is None:
-        await store.revoke_by_previous_refresh(pool, _sha(old))
-        raise OAuthError("invalid_grant", "the refresh token is unknown, expired, replaced or revoked; "
-                                          "authorize again")
-    if form.get("client_id") and form["client_id"] != row["client_id"]:
-        raise OAuthError("invalid_grant", "the refresh token was issued to another client")
-    if row["resource"] != resource:
-        raise OAuthError("invalid_target", f"the grant is for the resource '{row['resource']}'")
-    return _tokens(settings, row["grant_id"], row["agent_id"], row["client_id"], row["resource"], refresh)
-
-
-def looks_like_access_token(token: str) -> bool:
-    try:
-        return jwt.decode(token, options={"verify_signature": False}).get("typ") == TOKEN_TYPE
-    except jwt.InvalidTokenError:
-        return False
-
-
-class InvalidAccessToken(Exception):
-    pass
-
-
-async def verify(pool: asyncpg.Pool, settings: Settings, token: str, *, resource: str) -> Agent:
-    """The agent an OAuth access token acts as: signed here, for this resource, not
-    expired, and its grant still live (not revoked, the agent not deleted)."""
-    try:
-        claims = jwt.decode(token, settings.jwt_secret, algorithms=["HS256"], audience=resource,
-                            issuer=settings.jwt_issuer,
-                            options={"require": ["exp", "sub", "typ", "gid", "aud"]})
-    except jwt.ExpiredSignatureError as exc:
-        raise InvalidAccessToken("the access token expired; refresh it at /oauth/token") from exc
-    except jwt.InvalidTokenError as exc:
-        raise InvalidAccessToken(f"invalid access token: {exc}") from exc
-    row = await store.live_grant(pool, str(claims["gid"]), str(claims["sub"]))
-    if row is None:
-        raise InvalidAccessToken("the grant behind this token was revoked or its agent deleted; "
-                                 "authorize again")
-    return Agent(row["agent_id"], row["owner_id"], row["kind"], None,
-                 expires_at=float(claims["exp"]), grant_id=row["grant_id"])
 
 
 # --- the owner's view --------------------------------------------------------------------

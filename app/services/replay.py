@@ -4,8 +4,9 @@ A write that finds its own earlier success (same id, same content, same caller)
 leaves its transaction by raising :class:`Replay` with the record the first
 attempt returned; the transaction rolls back, so nothing is written twice and no
 second event is sent, and the service answers with the stored record. The same
-id with other content is a 409. Used by task creation, messages,
-artifacts and status changes (app.services.tasks).
+id with other content is a 409. Used by task creation
+(app.services.task_creation), messages, artifacts and status changes
+(app.services.tasks).
 """
 
 from __future__ import annotations
@@ -34,6 +35,14 @@ def same_request(stored: Mapping[str, Any] | None, fingerprint: str, *, by: str,
     (``content_hash``), made by the same caller."""
     return stored is not None and stored["content_hash"] == fingerprint \
         and stored[by_field] == by
+
+
+def replayed(outcome: Exception) -> tuple[Any, bool]:
+    """A request that met stored data with its id: the stored result of a retry
+    (created=False), else the conflict is raised."""
+    if isinstance(outcome, Replay):
+        return outcome.result, False
+    raise outcome from None
 
 
 def message_id_reused(message_id: str) -> Problem:

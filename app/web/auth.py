@@ -29,7 +29,7 @@ from starlette.requests import Request
 
 from app.delivery.protocol import CACHE_EPOCH_KEY
 from app.platform.errors import forbidden, unauthorized
-from app.services import accounts, oauth
+from app.services import accounts, oauth_tokens
 from app.services.principals import Agent, Owner
 from app.store import users as users_store
 from app.web import ratelimit
@@ -81,10 +81,10 @@ async def _resolve(request: Request, s: State, *, keys: bool, api_key_header: bo
         token = bearer(request)
         if keys and token.startswith(API_KEY_PREFIX):
             who, cached = await _by_key(request, s, token, " in Authorization"), False
-        elif resource is not None and oauth.looks_like_access_token(token):
+        elif resource is not None and oauth_tokens.looks_like_access_token(token):
             try:
-                who = await oauth.verify(s.pool, s.settings, token, resource=resource)
-            except oauth.InvalidAccessToken as exc:
+                who = await oauth_tokens.verify(s.pool, s.settings, token, resource=resource)
+            except oauth_tokens.InvalidAccessToken as exc:
                 raise unauthorized(str(exc)) from exc
             cached = False
         else:

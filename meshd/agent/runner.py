@@ -12,6 +12,9 @@ A run ends in one of three ways:
   gets a note naming the limit and the spend and is set ``failed`` if we serve it;
 - an error of the SDK, the CLI or the model API: :class:`HandlerError`, which the
   daemon retries (``--attempts``) and then gives up on like any handler.
+
+What the first two leave on the task, and every run's record, is
+:mod:`meshd.agent.closing`.
 """
 
 from __future__ import annotations
@@ -38,25 +41,23 @@ from claude_agent_sdk import (
 from claude_agent_sdk import __version__ as sdk_version
 from claude_agent_sdk.types import HookEvent
 
-from meshd import tracing
 from meshd.agent import model_api
 from meshd.agent.budget import budget_stop
+from meshd.agent.closing import RunClosing
 from meshd.agent.outcome import Outcome, run_cost, run_kind, sdk_error_is_failure
 from meshd.agent.permissions import path_guard
 from meshd.agent.policies import actions, notes, sandbox
-from meshd.agent.policies.chitchat import is_chit_chat
 from meshd.agent.policies.engine import Plan, Policies
 from meshd.agent.policies.sandbox import Sandbox
 from meshd.agent.prompt import Teammates, system_prompt, wake_prompt
-from meshd.agent.sessions import RunLog, RunRecord, SessionStore, conversation_key, peer_of
+from meshd.agent.sessions import RunLog, SessionStore, conversation_key, peer_of
 from meshd.agent.settings import RISKY_TOOLS, AgentSettings, Policy, RunSettings, default_policy
-from meshd.agent.tools import NEEDS_WORKING, RunContext, mesh_server, note_part
+from meshd.agent.tools import RunContext, mesh_server
 from meshd.client import MeshClient
 from meshd.config import config_path, state_root
 from meshd.daemon.handlers import HandlerContext, HandlerError, Reply
-from meshd.daemon.retries import set_failed
 from meshd.daemon.run_reports import CANCELLED, RunReports, gateway_outcome
-from meshd.errors import ConflictError, MeshError, NotFoundError
+from meshd.errors import MeshError, NotFoundError
 from meshd.ids import derived_message_id
 from meshd.models import InboxEvent, Task
 
@@ -92,6 +93,7 @@ class AgentRunner:
         self.runs: RunLog | None = None
         self.reports: RunReports | None = None
         self.teammates: Teammates | None = None
+        self.closing: RunClosing | None = None
         self.policies = Policies(settings.policies)
         # Refuses here, before the daemon connects, when checks would run unsandboxed.
         self.bwrap = sandbox.locate(settings.policies.unsafe_check) if settings.policies.checks else None
@@ -111,6 +113,7 @@ class AgentRunner:
         self.reports = ctx.reports or RunReports(folder, ctx.agent_id)
         self.teammates = Teammates(ctx.client, ttl=self.settings.teammates_ttl)
         self.policies = Policies(self.settings.policies, folder, self.workspace, self._sandbox(folder))
+        self.closing = RunClosing(self.settings, self.me, RUNTIME, self.runs, self.policies.metrics)
         self._ready = True
         log.info("agent runtime %s: workspace %s, runs on %s", RUNTIME, self.workspace,
                  ", ".join(sorted(self.settings.run_on)))  # fmt: skip
@@ -128,7 +131,8 @@ class AgentRunner:
 
     async def __call__(self, event: InboxEvent, ctx: HandlerContext) -> Reply:
         self._setup(ctx)
-        assert self.teammates is not None
+        assert self.teammates is not None and self.closing is not None
+        closing = self.closing
         if event.type in TEAM_EVENTS:
             self.teammates.invalidate()
         if not self.wants(event):
@@ -158,7 +162,7 @@ class AgentRunner:
         profile = await self._profile(client)
         stop = budget_stop(profile)
         if stop is not None:
-            await self._budget_note(event, client, *stop)
+            await closing.budget_note(event, client, *stop)
             return None
         assert self.reports is not None
         # Reported as it starts: the gateway shows it as the agent's current run.
@@ -172,7 +176,7 @@ class AgentRunner:
             # Recorded too: an errored run may have spent money before it failed.
             failed = Outcome("error", 0.0, run.turns, int((time.monotonic() - run.started) * 1000),
                              None, "", None)  # fmt: skip
-            self._record(event, run, failed, False, detail=str(e))
+            closing.record(event, run, failed, False, detail=str(e))
             await self._report(run, failed, error=str(e))
             await actions.count_failure(self.policies, run, key, str(e))
             raise
@@ -185,15 +189,15 @@ class AgentRunner:
             self.sessions.opened(run.opened, self.sessions.key_for(event))
         auto = False
         if outcome.kind == "ok":
-            auto = await self._auto_reply(event, task, run, outcome)
-            await self._close(event, task, run, outcome, auto, plan)
+            auto = await closing.auto_reply(event, task, run, outcome)
+            await closing.close(event, task, run, outcome, auto, plan)
             if plan.handshake and task is not None:
                 await actions.await_confirmation(run, task)
             self.policies.finished(key, ok=True)
         else:
-            await self._limit_note(event, rs, run, outcome)
+            await closing.limit_note(event, rs, run, outcome)
             await actions.count_failure(self.policies, run, key, outcome.detail or outcome.kind)
-        self._record(event, run, outcome, auto, detail=outcome.detail)
+        closing.record(event, run, outcome, auto, detail=outcome.detail)
         await self._report(run, outcome, error=outcome.detail or None)
         return None
 
@@ -331,160 +335,6 @@ class AgentRunner:
             last_text = result.result.strip() or last_text
         return Outcome(kind, cost, turns, duration, session_id, last_text, total, detail=stopped() or "")
 
-    # -- after the run --------------------------------------------------------------
-    def _final_metadata(self, event: InboxEvent, outcome: Outcome, run: RunContext, **extra: Any
-                        ) -> dict[str, Any]:  # fmt: skip
-        return {
-            "mesh_run": {
-                "runtime": RUNTIME,
-                "run_id": run.run_id,
-                "event_id": event.event_id,
-                "final": True,
-                "outcome": outcome.kind,
-                "cost_usd": round(outcome.cost_usd, 6),
-                "turns": outcome.turns,
-                "duration_ms": outcome.duration_ms,
-                **extra,
-            },
-            **run.extra,
-        }
-
-    async def _auto_reply(
-        self, event: InboxEvent, task: Task | None, run: RunContext, outcome: Outcome
-    ) -> bool:
-        # Only on a task someone asked of us: an initiator's runtime that answered
-        # every reply automatically would chat with the other runtime forever.
-        if not self.settings.auto_reply or run.posted or not outcome.text or task is None:
-            return False
-        if task.serving_agent != self.me or event.type not in ("task.created", "task.message"):
-            return False
-        if is_chit_chat(outcome.text):
-            # "You're welcome!" is not an answer anyone waits for: posting it starts a ping-pong.
-            self.policies.metrics.inc("guard_chit_chat_reply_dropped", task.task_id)
-            return False
-        text, label = outcome.text, {}
-        if run.finish_reply is not None:
-            text, label = await run.finish_reply(text)
-        try:
-            await run.client.reply(
-                task.task_id,
-                text,
-                message_id=run.message_id(f"{event.event_id}/auto-reply"),
-                metadata={**self._final_metadata(event, outcome, run, auto_reply=True), **label},
-            )
-        except ConflictError as e:
-            log.warning("auto-reply on task %s not stored: %s", task.task_id, e)
-            return False
-        return True
-
-    async def _close(self, event: InboxEvent, task: Task | None, run: RunContext, outcome: Outcome,
-                     auto: bool, plan: Plan) -> None:  # fmt: skip
-        """After a run that ended normally: apply the state changes the model asked for and,
-        on the task it serves and answered without setting a state, complete it. Each change
-        carries the run's final figures, which mid-run messages could not know (ADR 037)."""
-        figures = self._final_metadata(event, outcome, run)
-        for task_id, (state, note) in run.held.items():
-            await self._apply(run, task_id, state, note, figures)
-        if task is None or task.serving_agent != self.me or task.task_id in run.held:
-            return
-        if event.type not in ("task.created", "task.message"):
-            return
-        answered = auto or task.task_id in run.posted_on
-        if run.waiting:
-            # It asked others and waits for their answers: not done, but being worked on.
-            await self._apply(run, task.task_id, "working", None, figures, only_from="submitted")
-        elif answered and self.settings.auto_complete and not plan.handshake:
-            await self._apply(run, task.task_id, "completed", None, figures)
-
-    async def _apply(self, run: RunContext, task_id: str, state: str, note: str | None,
-                     figures: dict[str, Any], only_from: str | None = None) -> None:  # fmt: skip
-        client = run.client
-        meta = figures
-        if note is None:
-            # The runtime's own words, not the model's: marked so a reader can tell.
-            meta = {**figures, "mesh_run": {**figures["mesh_run"], "closing": True}}
-        fig = figures["mesh_run"]
-        text = note or f"Run finished: {fig['turns']} turns, ${fig['cost_usd']:.4f}."
-        try:
-            now = await client.get_task(task_id)
-            if now.terminal or (only_from is not None and now.state != only_from):
-                return
-            if state in NEEDS_WORKING and now.state in ("submitted", "input-required"):
-                await client.set_status(task_id, "working")
-            await client.set_status(task_id, state, text, metadata=meta,
-                                    message_id=run.message_id(f"{run.event.event_id}/close/{task_id}"))
-            log.info("task %s set to %s after the run", task_id, state)
-        except MeshError as e:
-            log.warning("could not set task %s to %s after the run: %s", task_id, state, e)
-
-    async def _limit_note(
-        self, event: InboxEvent, rs: RunSettings, run: RunContext, outcome: Outcome
-    ) -> None:
-        limit = {
-            "error_max_turns": f"turn limit (--max-turns {rs.max_turns})",
-            "error_max_budget_usd": f"budget limit (--max-budget-usd {rs.max_budget_usd:g})",
-            "timeout": f"time limit (--timeout {rs.timeout:g} s)",
-            "guard": f"runaway guard ({outcome.detail})",
-        }[outcome.kind]
-        spent = (
-            f"${outcome.cost_usd:.4f} spent"
-            if outcome.session_cost is not None
-            else "spend not reported (the run was cut off before the model API's usage was totalled)"
-        )
-        note = (
-            f"Stopped: the agent run for this message hit its {limit} after {outcome.turns} turns, "
-            f"{spent} in {outcome.duration_ms / 1000:.1f} s. It is not retried."
-        )
-        log.warning("run for seq %d: %s", event.seq, note)
-        meta = self._final_metadata(event, outcome, run, limit=limit)
-        await self._stopped_note(event, run.client, note, meta, f"{event.event_id}/limit", limit)
-
-    async def _budget_note(self, event: InboxEvent, client: MeshClient, note: str,
-                           meta: dict[str, Any]) -> None:
-        log.warning("seq %d (%s, task %s): no run: %s", event.seq, event.type, event.task_id, note)
-        await self._stopped_note(event, client, note, meta, f"{event.event_id}/budget",
-                                 "daily budget")
-
-    async def _stopped_note(self, event: InboxEvent, client: MeshClient, note: str,
-                            meta: dict[str, Any], key: str, why: str) -> None:
-        """Tell the task why its message got no (full) run: the task fails when this
-        agent serves it, else the note is a reply. Once per event (``key``)."""
-        if not event.task_id:
-            return
-        parts = [note_part(note, meta)]
-        mid = derived_message_id(self.me, key)
-        try:
-            task = await client.get_task(event.task_id)
-            if task.terminal:
-                return
-            if task.serving_agent == self.me:
-                await set_failed(client, task, parts=parts, message_id=mid, metadata=meta)
-                log.info("task %s set to failed (%s)", task.task_id, why)
-            else:
-                await client.reply(task.task_id, parts=parts, message_id=mid, metadata=meta)
-        except MeshError as e:
-            log.warning("could not report the %s on task %s: %s", why, event.task_id, e)
-
-    def _record(
-        self, event: InboxEvent, run: RunContext, outcome: Outcome, auto: bool, detail: str = ""
-    ) -> None:
-        assert self.runs is not None
-        rec = RunRecord(
-            event_id=event.event_id, seq=event.seq, event_type=event.type, task_id=event.task_id,
-            context_id=event.context_id, outcome=outcome.kind, cost_usd=round(outcome.cost_usd, 6),
-            turns=outcome.turns, duration_ms=outcome.duration_ms, session_id=outcome.session_id,
-            posted=run.posted + int(auto), auto_reply=auto, detail=detail[:500],
-        )  # fmt: skip
-        totals = self.runs.add(rec)
-        tracing.annotate({"mesh.run.id": run.run_id, "mesh.run.outcome": outcome.kind,
-                          "mesh.run.turns": outcome.turns, "mesh.run.cost_usd": rec.cost_usd,
-                          "mesh.run.duration_ms": outcome.duration_ms})
-        log.info(
-            "run for seq %d done: outcome=%s turns=%d cost_usd=%.6f duration_ms=%d posted=%d "
-            "auto_reply=%s (total: %d runs, $%.4f)",
-            event.seq, outcome.kind, outcome.turns, outcome.cost_usd, outcome.duration_ms,
-            rec.posted, auto, totals.get("runs", 0), totals.get("cost_usd", 0.0),
-        )  # fmt: skip
 
 
 def _give_up_on_model(retry: dict[str, Any]) -> None:

@@ -1,7 +1,8 @@
 """Chit-chat: messages that only acknowledge or thank, in English and Chinese.
 
 Two runtimes that answer every "thanks" with "you're welcome" burn money
-forever. The runtime, not the prompt, stops it (see :mod:`meshd.agent.runner`):
+forever. The runtime, not the prompt, stops it (see :mod:`meshd.agent.runner` and
+:mod:`meshd.agent.closing`):
 
 - an acknowledgement-only message starts no run (the sender expects nothing);
 - a run's final text that is only an acknowledgement is not auto-posted;

@@ -7,7 +7,7 @@
   for the rest of the run (the CLI cannot withdraw an offered tool mid-run; a
   denial says why, so the model stops trying).
 
-A stopped run ends like a limit: not retried, the task gets a note (runner.py).
+A stopped run ends like a limit: not retried, the task gets a note (closing.py).
 """
 
 from __future__ import annotations
