@@ -66,7 +66,7 @@ async def _kafka_metadata(bootstrap: str, max_wait: float, security_protocol: st
     try:
         if admin is None:
             from workers.bus import KafkaOptions
-            from workers.bus_kafka import connection_options
+            from workers.bus_kafka_topic import connection_options
 
             admin = AIOKafkaAdminClient(
                 bootstrap_servers=bootstrap, request_timeout_ms=max(1, int(max_wait * 1000)),
