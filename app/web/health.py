@@ -120,7 +120,7 @@ async def check_bus(settings: Settings, redis: aioredis.Redis | None = None,
         if not settings.nats_url:
             return {"status": "down", "latency_ms": 0.0,
                     "error": "bus is nats but MESH_NATS_URL is not set"}
-        from workers.bus_nats import probe
+        from workers.bus_nats_stream import probe
 
         status = await _timed(probe(settings.nats_url, max_wait), max_wait)
         status["kind"] = "nats"
