@@ -391,7 +391,7 @@ async def test_redis_group_is_recreated_when_the_stream_vanishes(bus: Bus) -> No
 
 
 def test_nats_subject_tokens_are_safe_and_reversible() -> None:
-    from workers.bus_nats import decode_key, encode_key, stream_name, subject
+    from workers.bus_nats_stream import decode_key, encode_key, stream_name, subject
 
     for key in ["bob@acme.io", "a_b", "_", "", "x.*>y z", "ünï@c.de", "A-Z09"]:
         token = encode_key(key)
@@ -414,7 +414,7 @@ def test_nats_duplicate_window_outlasts_the_relay_retry_horizon() -> None:
 async def _nats_stream_messages(bus: Bus) -> int:
     import nats
 
-    from workers.bus_nats import stream_name
+    from workers.bus_nats_stream import stream_name
 
     nc = await nats.connect(bus.settings.nats_url)
     try:
@@ -452,7 +452,7 @@ async def test_nats_stream_and_consumer_are_recreated_when_the_stream_vanishes(b
     until the publisher recreates it; the subscriber recreates its consumer."""
     import nats
 
-    from workers.bus_nats import stream_name
+    from workers.bus_nats_stream import stream_name
 
     key = f"agent@{bus.uniq}"
     pub = await bus.publisher()

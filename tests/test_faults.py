@@ -112,7 +112,7 @@ async def scenario(settings: Settings, stack: Stack, db, fault: Fault,
 async def nats_stream_messages(settings: Settings) -> int:
     import nats
 
-    from workers.bus_nats import stream_name
+    from workers.bus_nats_stream import stream_name
 
     nc = await nats.connect(settings.nats_url)
     try:

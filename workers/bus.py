@@ -1,7 +1,7 @@
 """The message bus between the outbox relay and the push fan-out.
 
-One small interface, three implementations: Kafka (:mod:`workers.bus_kafka`) for
-production, NATS JetStream (:mod:`workers.bus_nats`) for teams that run NATS, and
+One small interface, three implementations: Kafka (``workers/bus_kafka_*.py``) for
+production, NATS JetStream (``workers/bus_nats_*.py``) for teams that run NATS, and
 Redis Streams (:mod:`workers.bus_redis`) for embedded and small deployments. All
 pass ``tests/test_bus_conformance.py``; a new bus is done when that suite passes.
 This module is the contract; :mod:`workers.bus_factory` picks the implementation.

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from app.platform.settings import Settings
 from workers.bus import BusOptions, Publisher, Subscriber
-from workers.bus_kafka import KafkaPublisher, KafkaSubscriber
-from workers.bus_nats import NatsPublisher, NatsSubscriber
+from workers.bus_kafka_publisher import KafkaPublisher
+from workers.bus_kafka_subscriber import KafkaSubscriber
+from workers.bus_nats_publisher import NatsPublisher
+from workers.bus_nats_subscriber import NatsSubscriber
 from workers.bus_redis import RedisPublisher, RedisSubscriber
 
 

@@ -66,7 +66,7 @@ async def _kafka_metadata(bootstrap: str, max_wait: float, security_protocol: st
     try:
         if admin is None:
             from workers.bus import KafkaOptions
-            from workers.bus_kafka import connection_options
+            from workers.bus_kafka_topic import connection_options
 
             admin = AIOKafkaAdminClient(
                 bootstrap_servers=bootstrap, request_timeout_ms=max(1, int(max_wait * 1000)),
@@ -120,7 +120,7 @@ async def check_bus(settings: Settings, redis: aioredis.Redis | None = None,
         if not settings.nats_url:
             return {"status": "down", "latency_ms": 0.0,
                     "error": "bus is nats but MESH_NATS_URL is not set"}
-        from workers.bus_nats import probe
+        from workers.bus_nats_stream import probe
 
         status = await _timed(probe(settings.nats_url, max_wait), max_wait)
         status["kind"] = "nats"

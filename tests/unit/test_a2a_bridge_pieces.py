@@ -11,7 +11,7 @@ from a2a.utils.errors import InternalError, InvalidParamsError
 from app.a2a.writeback import _path, mesh_id, parts_from_a2a
 from app.domain import ids
 from app.platform.webhook_target import TargetRefused
-from workers.a2a_bridge import outbound, transient
+from workers.a2a_remote import outbound, transient
 
 
 def _client_error(status: int) -> A2AClientError:

@@ -1,4 +1,4 @@
-"""Kafka bus: an idempotent acks=all producer and a consumer group with explicit commits.
+"""Kafka bus, publishing side: an idempotent acks=all producer, bounded by us.
 
 Two aiokafka behaviours shape this module (aiokafka 0.14):
 
@@ -20,17 +20,8 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
-from aiokafka.errors import (
-    CommitFailedError,
-    IllegalStateError,
-    KafkaError,
-    MessageSizeTooLargeError,
-    RecordListTooLargeError,
-    TopicAlreadyExistsError,
-)
+from aiokafka import AIOKafkaProducer
+from aiokafka.errors import KafkaError, MessageSizeTooLargeError, RecordListTooLargeError
 from aiokafka.partitioner import DefaultPartitioner
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 
@@ -39,66 +30,19 @@ from workers.bus import (
     BusOptions,
     BusStartError,
     BusUnavailable,
-    Delivery,
-    KafkaOptions,
     PublishError,
     RecordRejected,
     record_too_large,
 )
+from workers.bus_kafka_topic import RECORD_OVERHEAD, connection_options, ensure_topic
 
 log = logging.getLogger(__name__)
 
-# What a batch and record header add to key + value on the wire (61-byte batch
-# header plus varints); headroom so a record of exactly max_record_bytes fits.
-_RECORD_OVERHEAD = 1024
 _MAX_BATCH_BYTES = 256 * 1024
-_NO_ERROR = 0
 # Keys (agents) whose partition is remembered; past that the cache starts over.
 _PARTITION_CACHE = 100_000
 _PARTITIONER = DefaultPartitioner()
 _estimate_size = DefaultRecordBatchBuilder.estimate_size_in_bytes
-
-
-def connection_options(options: KafkaOptions) -> dict[str, Any]:
-    """TLS settings shared by every Kafka client we build."""
-    if options.security_protocol == "SSL":
-        from aiokafka.helpers import create_ssl_context
-
-        return {"security_protocol": "SSL", "ssl_context": create_ssl_context()}
-    return {"security_protocol": "PLAINTEXT"}
-
-
-async def ensure_topic(bootstrap: str, topic: str, options: BusOptions) -> int | None:
-    """Create ``topic`` unless it exists; return its ``max.message.bytes`` (None if unknown)."""
-    admin = AIOKafkaAdminClient(
-        bootstrap_servers=bootstrap, request_timeout_ms=int(options.connect_timeout * 1000),
-        **connection_options(options.kafka),
-    )
-    try:
-        await admin.start()
-        response = await admin.create_topics([
-            NewTopic(
-                topic,
-                options.kafka.partitions,
-                options.kafka.replication_factor,
-                topic_configs={
-                    "max.message.bytes": str(options.max_record_bytes + _RECORD_OVERHEAD)
-                },
-            )
-        ])
-        for name, code, *message in response.topic_errors:
-            if code not in (_NO_ERROR, TopicAlreadyExistsError.errno):
-                raise KafkaError(f"creating topic {name!r} failed: error {code} {message}")
-        described = await admin.describe_configs(
-            [ConfigResource(ConfigResourceType.TOPIC, topic, {"max.message.bytes": None})]
-        )
-        for _code, _msg, _type, _name, entries in described[0].resources:
-            for config_name, value, *_ in entries:
-                if config_name == "max.message.bytes" and value:
-                    return int(value)
-        return None
-    finally:
-        await admin.close()
 
 
 def _rejected(exc: BaseException) -> RecordRejected:
@@ -158,7 +102,7 @@ class KafkaPublisher:
         self._options = options
         self._producer: AIOKafkaProducer | None = None
         self._topic_limit: int | None = None
-        self._request_limit = options.max_record_bytes + _RECORD_OVERHEAD
+        self._request_limit = options.max_record_bytes + RECORD_OVERHEAD
         self._partitions: list[int] = []
         self._partition_of: dict[str, int] = {}
         # One batch at a time: swapping a broken producer must not race a send.
@@ -182,7 +126,7 @@ class KafkaPublisher:
                 await _close_producer(producer, self._options.publish_timeout)
 
     async def _new_producer(self) -> AIOKafkaProducer:
-        limit = self._options.max_record_bytes + _RECORD_OVERHEAD
+        limit = self._options.max_record_bytes + RECORD_OVERHEAD
         if self._topic_limit is not None:
             limit = min(limit, self._topic_limit)
         self._request_limit = limit
@@ -342,108 +286,3 @@ class KafkaPublisher:
         batch.close()
         submitted.append((members, await producer.send_batch(batch, self._topic,
                                                              partition=partition)))
-
-
-def _trace_header(headers: Sequence[tuple[str, bytes]] | None) -> str | None:
-    for name, value in headers or ():
-        if name == TRACE_HEADER and value:
-            return value.decode("latin-1")
-    return None
-
-
-class KafkaSubscriber:
-    """One member of a consumer group; commits are explicit offsets (offset + 1)."""
-
-    def __init__(
-        self, bootstrap: str, topic: str, group: str, consumer_name: str, options: BusOptions
-    ) -> None:
-        self._bootstrap = bootstrap
-        self._topic = topic
-        self._group = group
-        self._name = consumer_name
-        self._options = options
-        self._consumer: AIOKafkaConsumer | None = None
-
-    async def start(self) -> None:
-        consumer: AIOKafkaConsumer | None = None
-        try:
-            async with asyncio.timeout(self._options.connect_timeout):
-                await ensure_topic(self._bootstrap, self._topic, self._options)
-                consumer = AIOKafkaConsumer(
-                    self._topic,
-                    bootstrap_servers=self._bootstrap,
-                    group_id=self._group,
-                    client_id=self._name,
-                    enable_auto_commit=False,
-                    # A new group starts from the oldest record: events published
-                    # before the first worker ever ran must still be delivered.
-                    auto_offset_reset="earliest",
-                    **connection_options(self._options.kafka),
-                )
-                await consumer.start()
-        except (TimeoutError, KafkaError, OSError) as exc:
-            if consumer is not None:
-                await consumer.stop()
-            raise BusStartError(
-                f"cannot join group {self._group!r} on Kafka {self._bootstrap}: {exc!r}"
-            ) from exc
-        self._consumer = consumer
-
-    async def stop(self) -> None:
-        consumer, self._consumer = self._consumer, None
-        if consumer is not None:
-            try:
-                await asyncio.wait_for(consumer.stop(), self._options.connect_timeout)
-            except (TimeoutError, KafkaError, OSError) as exc:
-                log.warning("kafka consumer %s did not leave its group cleanly: %r",
-                            self._name, exc)
-
-    async def fetch(self, max_records: int, wait: float) -> list[Delivery]:
-        consumer = self._require()
-        try:
-            batches = await consumer.getmany(
-                timeout_ms=int(wait * 1000), max_records=max_records
-            )
-        except KafkaError as exc:
-            log.warning("kafka fetch failed (will retry): %r", exc)
-            await asyncio.sleep(min(wait, 1.0))
-            return []
-        return [
-            Delivery(
-                key=rec.key.decode() if rec.key is not None else "",
-                value=rec.value if rec.value is not None else b"",
-                partition=tp.partition,
-                offset=rec.offset,
-                traceparent=_trace_header(rec.headers),
-            )
-            for tp, recs in batches.items()
-            for rec in recs
-        ]
-
-    async def commit(self, deliveries: Sequence[Delivery]) -> None:
-        consumer = self._require()
-        offsets: dict[TopicPartition, int] = {}
-        for d in deliveries:
-            tp = TopicPartition(self._topic, d.partition)
-            offsets[tp] = max(offsets.get(tp, 0), int(d.offset) + 1)
-        assigned = consumer.assignment()
-        moved = [tp.partition for tp in offsets if tp not in assigned]
-        if moved:
-            # Revoked in a rebalance: the new owner starts from the last commit.
-            log.info("kafka partitions %s moved to another member; they will be redelivered", moved)
-        offsets = {tp: off for tp, off in offsets.items() if tp in assigned}
-        if not offsets:
-            return
-        try:
-            # aiokafka retries a retriable commit error forever; bound it.
-            async with asyncio.timeout(self._options.publish_timeout):
-                await consumer.commit(offsets)
-        except (CommitFailedError, IllegalStateError) as exc:
-            log.warning("kafka commit lost to a rebalance; records will be redelivered: %r", exc)
-        except (TimeoutError, KafkaError) as exc:
-            log.warning("kafka commit failed; records may be redelivered: %r", exc)
-
-    def _require(self) -> AIOKafkaConsumer:
-        if self._consumer is None:
-            raise RuntimeError("KafkaSubscriber.start() was not called (or stop() was)")
-        return self._consumer
