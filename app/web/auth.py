@@ -70,32 +70,40 @@ async def authenticate(request: Request, need: Need = "agent", *, keys: bool = F
 
 async def _resolve(request: Request, s: State, *, keys: bool, api_key_header: bool,
                    resource: str | None, session: bool, route: str | None) -> Owner | Agent:
-    cached = True  # resolved through the principal cache, so the epoch may void it
-    if api_key_header and (api_key := request.headers.get(API_KEY_HEADER)):
-        who: Owner | Agent = await _by_key(request, s, api_key, " in X-API-Key")
-        cached = False
-    elif session:
-        who = await _by_session(request, s)
-        cached = False
-    else:
-        token = bearer(request)
-        if keys and token.startswith(API_KEY_PREFIX):
-            who, cached = await _by_key(request, s, token, " in Authorization"), False
-        elif resource is not None and oauth_tokens.looks_like_access_token(token):
-            try:
-                who = await oauth_tokens.verify(s.pool, s.settings, token, resource=resource)
-            except oauth_tokens.InvalidAccessToken as exc:
-                raise unauthorized(str(exc)) from exc
-            cached = False
-        else:
-            who = await accounts.resolve(s.pool, s.settings, token, cache=s.principals)
+    who = await _uncached(request, s, keys=keys, api_key_header=api_key_header,
+                          resource=resource, session=session)
+    cached = who is None
+    if who is None:
+        who = await accounts.resolve(s.pool, s.settings, bearer(request), cache=s.principals)
     request.scope[PRINCIPAL] = who
+    # The epoch comes back with the rate-limit token every caller takes; a higher one
+    # drops the caches whichever credential this request carried.
     if not s.caches_current(await _epoch(request, s, who, route)) and cached:
         # A change committed elsewhere whose notice this process has not read
         # yet: what the cache said is asked again (ADR 020).
         who = await accounts.resolve(s.pool, s.settings, bearer(request), cache=s.principals)
         request.scope[PRINCIPAL] = who
     return who
+
+
+async def _uncached(request: Request, s: State, *, keys: bool, api_key_header: bool,
+                    resource: str | None, session: bool) -> Owner | Agent | None:
+    """The caller named by a credential read from its store on every request (API
+    key, OAuth token, console session); None for a bearer JWT, which goes through
+    the principal cache."""
+    if api_key_header and (api_key := request.headers.get(API_KEY_HEADER)):
+        return await _by_key(request, s, api_key, " in X-API-Key")
+    if session:
+        return await _by_session(request, s)
+    token = bearer(request)
+    if keys and token.startswith(API_KEY_PREFIX):
+        return await _by_key(request, s, token, " in Authorization")
+    if resource is not None and oauth_tokens.looks_like_access_token(token):
+        try:
+            return await oauth_tokens.verify(s.pool, s.settings, token, resource=resource)
+        except oauth_tokens.InvalidAccessToken as exc:
+            raise unauthorized(str(exc)) from exc
+    return None
 
 
 def bearer(request: Request) -> str:
