@@ -8,6 +8,7 @@ of ``bench.client``.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import uuid
 from collections.abc import Callable
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 import asyncpg
+import httpx
 
 from bench.client import Client, Response, SseEvent, SseStream
 from tests.support.load import build_cast
@@ -37,8 +39,22 @@ class Cast:
     recipients: list[Agent]
 
 
+class PatientTransport(httpx.AsyncHTTPTransport):
+    """Waits out a 429 (its ``Retry-After``) and asks again: a stack with a user's
+    rate limits (bench/blackbox.py) refuses one owner making a hundred agents at once."""
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        for _ in range(100):
+            resp = await super().handle_async_request(request)
+            if resp.status_code != 429:
+                return resp
+            await resp.aread()
+            await asyncio.sleep(max(0.01, float(resp.headers.get("retry-after") or 0.1)))
+        return resp
+
+
 async def make_cast(base_url: str, n_senders: int, n_recipients: int) -> Cast:
-    async with MeshFactory.connect(base_url) as mesh:
+    async with MeshFactory.connect(base_url, transport=PatientTransport()) as mesh:
         cast = await build_cast(mesh, n_senders, n_recipients)
     return Cast(cast.owner.username,
                 [Agent(a.agent_id, a.headers, a.api_key) for a in cast.senders],

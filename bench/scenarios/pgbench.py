@@ -47,7 +47,16 @@ def _literal(value: object) -> str:
     return text
 
 
-def script(n_senders: int, n_recipients: int) -> str:
+# The write sets pgbench can run (``script(..., variant=)``):
+#   split — the send's writes as five statements (task, message, counter, event, outbox);
+#   lean  — one counter update and three inserts (task, event, outbox): the least a
+#           send that keeps its guarantees writes;
+#   real  — the gateway's own create statement (app.store.tasks), one row per array.
+VARIANTS = ("split", "lean", "real")
+
+
+def _shapes() -> tuple[list[dict[str, str]], dict[str, object], dict[str, object]]:
+    """(parts, payload, event): the same sizes as the gateway's."""
     parts = [{"kind": "text", "text": TEXT}]
     message = {"message_id": "m-pgb-0000000000000000", "task_id": "t-pgb-0000000000000000",
                "context_id": "c-pgb-0000000000000000", "role": "user", "sender": "ps0@pgbench",
@@ -57,35 +66,65 @@ def script(n_senders: int, n_recipients: int) -> str:
             "state": "submitted", "initiator": "ps0@pgbench", "serving_agent": "pr0@pgbench",
             "status_message": None, "created_at": message["created_at"],
             "updated_at": message["created_at"]}
-    payload = {"task": task, "message": message}
-    event = {"seq": 1, "event_id": "e-pgb-0000000000000000", "type": "task.created",
-             "task_id": task["task_id"], "context_id": task["context_id"],
-             "from_agent_id": "ps0@pgbench", "created_at": message["created_at"],
-             "payload": payload}
-    sender = f"'ps' || :s || '@{OWNER}'"
-    recipient = f"'pr' || :r || '@{OWNER}'"
-    return "\n".join([
+    payload: dict[str, object] = {"task": task, "message": message}
+    event: dict[str, object] = {"seq": 1, "event_id": "e-pgb-0000000000000000", "type": "task.created",
+                                "task_id": task["task_id"], "context_id": task["context_id"],
+                                "from_agent_id": "ps0@pgbench", "created_at": message["created_at"],
+                                "payload": payload}
+    return parts, payload, event
+
+
+_SENDER = f"'ps' || :s || '@{OWNER}'"
+_RECIPIENT = f"'pr' || :r || '@{OWNER}'"
+_HASH = "0" * 64
+
+
+def _real_statement(parts: list[dict[str, str]], payload: dict[str, object]) -> str:
+    """The gateway's create statement with pgbench expressions for its parameters
+    (one task per run, as a lone send writes it)."""
+    from app.store.tasks import _CREATE_SQL
+
+    args = {
+        1: "ARRAY['t-pgb-' || :id]", 2: "ARRAY['c-pgb-' || :id]", 3: f"ARRAY[{_SENDER}]",
+        4: f"ARRAY[{_RECIPIENT}]", 5: "ARRAY['m-pgb-' || :id]", 6: f"ARRAY['{_literal(parts)}']",
+        7: "ARRAY[NULL::jsonb]", 8: f"ARRAY['{_HASH}']", 9: "ARRAY[now()]",
+        10: "ARRAY['e-pgb-' || :id]", 11: "ARRAY['task.created']",
+        12: f"ARRAY['{_literal(payload)}'::jsonb]", 13: "'submitted'", 14: f"'{TOPIC}'",
+        15: "ARRAY[NULL::text]",
+    }
+    sql = "\n".join(line for line in _CREATE_SQL.splitlines() if not line.strip().startswith("--"))
+    sql = re.sub(r"\$(\d+)(?!\d)", lambda m: args[int(m.group(1))], sql)
+    return sql.strip() + ";"
+
+
+def script(n_senders: int, n_recipients: int, variant: str = "split") -> str:
+    if variant not in VARIANTS:
+        raise ValueError(f"variant {variant!r}: one of {', '.join(VARIANTS)}")
+    parts, payload, event = _shapes()
+    head = [
         "\\set id random(1, 1000000000000000)",
         f"\\set r random(0, {n_recipients - 1})",
         f"\\set s random(0, {n_senders - 1})",
-        "BEGIN;",
-        "INSERT INTO tasks (task_id, context_id, initiator, serving_agent, state) VALUES "
-        f"('t-pgb-' || :id, 'c-pgb-' || :id, {sender}, {recipient}, 'submitted');",
-        "INSERT INTO task_messages (message_id, task_id, context_id, sender, recipient, role, "
-        "parts, content_hash) VALUES "
-        f"('m-pgb-' || :id, 't-pgb-' || :id, 'c-pgb-' || :id, {sender}, {recipient}, 'user', "
-        f"'{_literal(parts)}', '{'0' * 64}');",
-        f"UPDATE agents SET inbox_seq = inbox_seq + 1 WHERE agent_id = {recipient} "
-        "RETURNING inbox_seq AS seq \\gset",
-        "INSERT INTO inbox_events (agent_id, seq, event_id, type, task_id, context_id, "
-        "from_agent_id, payload) VALUES "
-        f"({recipient}, :seq, 'e-pgb-' || :id, 'task.created', 't-pgb-' || :id, "
-        f"'c-pgb-' || :id, {sender}, '{_literal(payload)}');",
-        f"INSERT INTO outbox_events (topic, key, payload) VALUES ('{TOPIC}', {recipient}, "
-        f"'{_literal(event)}');",
-        "END;",
-        "",
-    ])
+    ]
+    if variant == "real":
+        # One statement outside a transaction block: one transaction, as the gateway runs it.
+        return "\n".join([*head, _real_statement(parts, payload), ""])
+    task = ("INSERT INTO tasks (task_id, context_id, initiator, serving_agent, state) VALUES "
+            f"('t-pgb-' || :id, 'c-pgb-' || :id, {_SENDER}, {_RECIPIENT}, 'submitted');")
+    message = ("INSERT INTO task_messages (message_id, task_id, context_id, sender, recipient, role, "
+               "parts, content_hash) VALUES "
+               f"('m-pgb-' || :id, 't-pgb-' || :id, 'c-pgb-' || :id, {_SENDER}, {_RECIPIENT}, 'user', "
+               f"'{_literal(parts)}', '{_HASH}');")
+    counter = (f"UPDATE agents SET inbox_seq = inbox_seq + 1 WHERE agent_id = {_RECIPIENT} "
+               "RETURNING inbox_seq AS seq \\gset")
+    inbox = ("INSERT INTO inbox_events (agent_id, seq, event_id, type, task_id, context_id, "
+             "from_agent_id, payload) VALUES "
+             f"({_RECIPIENT}, :seq, 'e-pgb-' || :id, 'task.created', 't-pgb-' || :id, "
+             f"'c-pgb-' || :id, {_SENDER}, '{_literal(payload)}');")
+    outbox = (f"INSERT INTO outbox_events (topic, key, payload) VALUES ('{TOPIC}', {_RECIPIENT}, "
+              f"'{_literal(event)}');")
+    body = [task, counter, inbox, outbox] if variant == "lean" else [task, message, counter, inbox, outbox]
+    return "\n".join([*head, "BEGIN;", *body, "END;", ""])
 
 
 @dataclass
@@ -127,17 +166,18 @@ async def cleanup(database_url: str) -> None:
 
 async def run(database_url: str, workdir: Path, *, clients: int, seconds: float,
               n_senders: int, n_recipients: int, notify: bool = False,
-              meter: CpuMeter | None = None) -> PgbenchRun:
-    """``notify``: also ``pg_notify`` in each transaction, as the gateway's write does."""
+              meter: CpuMeter | None = None, variant: str = "split") -> PgbenchRun:
+    """``notify``: also ``pg_notify`` in each transaction, as the gateway's write does;
+    ``variant``: which write set (:data:`VARIANTS`)."""
     from urllib.parse import urlsplit
 
     url = urlsplit(database_url)
-    path = workdir / ("send-notify.pgbench" if notify else "send.pgbench")
-    text = script(n_senders, n_recipients)
+    path = workdir / f"send-{variant}{'-notify' if notify else ''}.pgbench"
+    text = script(n_senders, n_recipients, variant)
     if notify:
         text = text.replace("END;", f"SELECT pg_notify('{WAKEUP_CHANNEL}', '');\nEND;")
     path.write_text(text)
-    logdir = workdir / f"pgbench-c{clients}"
+    logdir = workdir / f"pgbench-{variant}-c{clients}"
     logdir.mkdir(exist_ok=True)
     for old in logdir.glob("*"):
         old.unlink()

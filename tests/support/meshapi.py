@@ -104,8 +104,9 @@ class MeshFactory:
 
     @classmethod
     @contextlib.asynccontextmanager
-    async def connect(cls, base_url: str) -> AsyncIterator[MeshFactory]:
-        async with httpx.AsyncClient(base_url=base_url, timeout=30) as http:
+    async def connect(cls, base_url: str, transport: httpx.AsyncBaseTransport | None = None,
+                      ) -> AsyncIterator[MeshFactory]:
+        async with httpx.AsyncClient(base_url=base_url, timeout=30, transport=transport) as http:
             yield cls(http)
 
     async def owner(self, username: str | None = None) -> OwnerHandle:

@@ -1,0 +1,217 @@
+"""Black-box: the mesh as a user runs it, loaded from outside, next to what Postgres
+alone does with the same writes — in one sitting.
+
+    python bench/blackbox.py [--seconds 15] [--connections 16] [--name NAME]
+
+1. ``python -m devstack run`` — exactly ``make run``: embedded Postgres, Redis and
+   Kafka, migrations, and every Procfile process (web, outbox, push, cron, webhook,
+   a2a-bridge) with the settings a user gets — in a data folder of its own
+   (``MESH_DATA_DIR``) and on a free ``PORT``.
+2. Through the public API: one owner, ``--senders`` agents sending to
+   ``--recipients`` agents, all in one group.
+3. ``wrk`` (:mod:`bench.wrk_run`) at each ``--connections`` level, closed loop,
+   after a short warm-up; CPU of every process of the stack and of wrk counted.
+   The rows written are counted against the 201s, and the outbox must drain.
+4. ``pgbench`` on the stack's Postgres at the same client counts, the same length:
+   the lean write set (one counter update, three inserts), the five-statement write
+   set, and the gateway's own create statement (:mod:`bench.scenarios.pgbench`).
+
+The report (bench/results/<date>-blackbox[-NAME].md) gives sends/s ÷ pgbench tx/s
+for the lean and the real statements, p99, and CPU per send by process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import datetime as dt
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import asyncpg
+import httpx
+import psutil
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench import wrk_run
+from bench.blackbox_report import render
+from bench.cpu import CpuMeter
+from bench.env import machine_facts
+from bench.load import make_cast
+from bench.scenarios import pgbench
+from devstack.ports import listening_pid
+from devstack.process import free_port
+from devstack.stack import Ports
+
+REPO = Path(__file__).resolve().parents[1]
+DATABASE_URL = f"postgresql://postgres@127.0.0.1:{Ports.fixed().postgres}/mesh"
+# Procfile process → how its shell's command line shows it.
+PROCESSES = (("web", "uvicorn"), ("outbox", "workers.relay"), ("push", "workers.push"),
+             ("cron", "cron.worker"), ("webhook", "workers.webhook"),
+             ("a2a-bridge", "workers.a2a_bridge"))
+# Embedded service → its fixed port (the server may run detached from devstack).
+SERVICES = (("postgres", Ports.fixed().postgres), ("redis", Ports.fixed().redis),
+            ("kafka", Ports.fixed().kafka))
+
+
+def _process_name(proc: psutil.Process) -> str | None:
+    try:
+        line = " ".join(proc.cmdline())
+    except psutil.Error:
+        return None
+    return next((name for name, mark in PROCESSES if mark in line), None)
+
+
+def stack_meter(devstack_pid: int, only: str | None = None) -> CpuMeter:
+    """One component per Procfile process (its shell and what that started) and per
+    service (the server and its descendants, e.g. the Postgres backends); wrk's
+    CPU is counted apart. ``only``: just that component."""
+    parts: dict[str, tuple[int, bool]] = {"devstack": (devstack_pid, False)}
+    for child in psutil.Process(devstack_pid).children():
+        if (name := _process_name(child)) is not None:
+            parts.setdefault(name, (child.pid, True))
+    for name, port in SERVICES:
+        if (pid := listening_pid(port)) is not None:
+            parts[name] = (pid, True)
+    if only is not None:
+        parts = {only: parts[only]}
+    return CpuMeter(parts)
+
+
+@contextlib.asynccontextmanager
+async def make_run(data_dir: Path, port: int, log: Path,
+                   procfile: Path | None = None) -> AsyncIterator[asyncio.subprocess.Process]:
+    env = {**os.environ, "MESH_DATA_DIR": str(data_dir), "PORT": str(port)}
+    if procfile is not None:
+        env["MESH_PROCFILE"] = str(procfile)  # absolute: devstack runs in the repository
+    with log.open("wb") as out:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "devstack", "run", cwd=REPO, env=env, stdout=out,
+            stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            await _ready(f"http://127.0.0.1:{port}", proc, log)
+            yield proc
+        finally:
+            if proc.returncode is None:
+                proc.send_signal(signal.SIGTERM)
+                try:
+                    await asyncio.wait_for(proc.wait(), 120)
+                except TimeoutError:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    await proc.wait()
+
+
+async def _ready(base: str, proc: asyncio.subprocess.Process, log: Path, timeout: float = 600) -> None:
+    deadline = time.monotonic() + timeout
+    async with httpx.AsyncClient(timeout=2) as http:
+        while time.monotonic() < deadline:
+            if proc.returncode is not None:
+                raise SystemExit(f"make run's stack exited ({proc.returncode}); see {log}")
+            with contextlib.suppress(httpx.HTTPError):
+                if (await http.get(f"{base}/readyz")).status_code == 200:
+                    return
+            await asyncio.sleep(0.5)  # startup poll: nothing to await but the port
+    raise SystemExit(f"make run's stack was not ready after {timeout:.0f} s; see {log}")
+
+
+async def _written(run_id: str) -> int:
+    conn = await asyncpg.connect(DATABASE_URL)
+    try:
+        return int(await conn.fetchval(
+            "SELECT count(*) FROM task_messages WHERE message_id LIKE $1", f"m-wrk-{run_id}-%"))
+    finally:
+        await conn.close()
+
+
+async def _outbox_drained(timeout: float = 120) -> float:
+    """Seconds until no outbox row of the mesh's topics is pending (the relay kept up)."""
+    conn = await asyncpg.connect(DATABASE_URL)
+    t0 = time.monotonic()
+    try:
+        while time.monotonic() - t0 < timeout:
+            if not await conn.fetchval("SELECT count(*) FROM outbox_events WHERE status = 'pending' "
+                                       "AND topic <> $1", pgbench.TOPIC):
+                return time.monotonic() - t0
+            await asyncio.sleep(0.2)
+    finally:
+        await conn.close()
+    raise RuntimeError(f"the outbox still had pending rows {timeout:.0f} s after the run")
+
+
+async def main(args: argparse.Namespace) -> Path:
+    facts = machine_facts()
+    levels = [int(c) for c in args.connections.split(",")]
+    work = Path(tempfile.mkdtemp(prefix="mesh-blackbox-"))
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    started = time.monotonic()
+    print(f"blackbox: make run's stack in {work} on {base} ...", file=sys.stderr)
+    if args.procfile:
+        facts["Procfile"] = f"`{args.procfile}` (not the repository's)"
+    async with make_run(work / "data", port, work / "devstack.log",
+                        Path(args.procfile) if args.procfile else None) as proc:
+        cast = await make_cast(base, args.senders, args.recipients)
+        cast_file = work / "cast.txt"
+        lines = [" ".join(a.agent_id for a in cast.recipients)]
+        lines += [a.headers["Authorization"].removeprefix("Bearer ") for a in cast.senders]
+        cast_file.write_text("\n".join(lines) + "\n")
+        await pgbench.prepare(DATABASE_URL, args.recipients)
+        print("blackbox: warm-up ...", file=sys.stderr)
+        await wrk_run.run(base, cast_file, f"warm{uuid.uuid4().hex[:6]}", connections=max(levels),
+                          seconds=3)
+        await _outbox_drained()
+        mesh_runs, checks, pg_runs = [], [], []
+        for c in levels:
+            run_id = uuid.uuid4().hex[:8]
+            print(f"blackbox: wrk at c={c} ...", file=sys.stderr)
+            run = await wrk_run.run(base, cast_file, run_id, connections=c, seconds=args.seconds,
+                                    meter=stack_meter(proc.pid))
+            drained = await _outbox_drained()
+            written = await _written(run_id)
+            mesh_runs.append(run)
+            checks.append((written, drained))
+            for variant in ("lean", "split", "real"):
+                print(f"blackbox: pgbench {variant} at c={c} ...", file=sys.stderr)
+                pg_runs.append((variant, await pgbench.run(
+                    DATABASE_URL, work, clients=c, seconds=args.seconds, n_senders=args.senders,
+                    n_recipients=args.recipients, variant=variant,
+                    meter=stack_meter(proc.pid, only="postgres"))))
+            await pgbench.cleanup(DATABASE_URL)
+    facts["load average at end (1/5/15 min)"] = " / ".join(f"{x:.2f}" for x in os.getloadavg())
+    facts["bench duration"] = f"{time.monotonic() - started:.0f} s"
+    text = render(facts, args, mesh_runs, checks, pg_runs)
+    if args.no_write:
+        print(text)
+        return work
+    out = REPO / "bench" / "results" / f"{dt.date.today()}-blackbox{'-' + args.name if args.name else ''}.md"
+    out.write_text(text)
+    print(f"blackbox: wrote {out.relative_to(REPO)}", file=sys.stderr)
+    return out
+
+
+def cli() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--seconds", type=float, default=15.0, help="length of each wrk and pgbench run")
+    p.add_argument("--connections", default="16", help="comma list of wrk connections / pgbench clients")
+    p.add_argument("--senders", type=int, default=100)
+    p.add_argument("--recipients", type=int, default=10)
+    p.add_argument("--name", default="", help="short name for the results file")
+    p.add_argument("--procfile", default="", help="run this Procfile instead (e.g. another web server)")
+    p.add_argument("--no-write", action="store_true", help="print the report; write no file")
+    args = p.parse_args()
+    if args.procfile:
+        args.procfile = str(Path(args.procfile).resolve())
+    asyncio.run(main(args))
+
+
+if __name__ == "__main__":
+    cli()

@@ -1,0 +1,116 @@
+"""The black-box bench's markdown report (:mod:`bench.blackbox`)."""
+
+from __future__ import annotations
+
+import argparse
+
+from bench.scenarios.pgbench import PgbenchRun
+from bench.stats import fmt, fmt_ratio
+from bench.wrk_run import WrkRun
+
+TARGET_RATIO = 0.5      # accepted sends ≥ half of pgbench's lean transactions …
+TARGET_P99_MS = 50.0    # … with p99 ≤ 50 ms
+TARGET_CPU_MS = 2.0     # CPU per send, whole stack
+
+DIFFERENCES = [
+    "The stack is `make run`'s: all six Procfile processes run (bench/run.py starts web, "
+    "outbox and push only), so cron's sweeps, the webhook worker's and the a2a-bridge's "
+    "idle polling are in the CPU per send.",
+    "The rate limiter has the defaults a user gets (50 req/s, burst 100 per agent); "
+    "bench/run.py sets it to never refuse. 100 senders at the rates measured here stay "
+    "far below it, so no send is refused — counted below.",
+    "Postgres has `make run`'s settings; bench/run.py's also preloads pg_stat_statements "
+    "(tracking off outside its profile scenario).",
+    "The load comes from wrk (C, two threads) instead of the bench's Python client in "
+    "the bench's own process; wrk's CPU is reported apart and is not in the mesh's.",
+    "Fixed ports (Postgres 54329, Redis 63799, Kafka 19092) as `make run` uses, and a "
+    "data folder of its own.",
+]
+
+
+def _cpu_rows(run: WrkRun) -> list[str]:
+    if run.cpu is None or not run.created:
+        return []
+    usage = run.cpu.usage
+    total = sum(u.cpu for u in usage.values())
+    rows = [f"| {name} | {1000 * u.cpu / run.created:.3f} | {100 * u.cpu / run.cpu.wall:.0f} % |"
+            for name, u in sorted(usage.items(), key=lambda kv: -kv[1].cpu)]
+    rows.append(f"| **whole stack** | **{1000 * total / run.created:.3f}** | "
+                f"{100 * total / run.cpu.wall:.0f} % |")
+    rows.append(f"| wrk (the load, not the mesh) | {1000 * run.client_cpu / run.created:.3f} | "
+                f"{100 * run.client_cpu / run.cpu.wall:.0f} % |")
+    others = run.cpu.others - run.client_cpu
+    rows.append(f"| everything else on the machine | {1000 * max(0.0, others) / run.created:.3f} | "
+                f"{100 * max(0.0, others) / run.cpu.wall:.0f} % |")
+    return rows
+
+
+def _stack_cpu_ms(run: WrkRun) -> float:
+    if run.cpu is None or not run.created:
+        return float("nan")
+    return 1000 * sum(u.cpu for u in run.cpu.usage.values()) / run.created
+
+
+def _pg_cpu_ms(pg: PgbenchRun) -> float:
+    if pg.cpu is None or not pg.transactions:
+        return float("nan")
+    return 1000 * pg.cpu.usage["postgres"].cpu / pg.transactions
+
+
+def render(facts: dict[str, str], args: argparse.Namespace, runs: list[WrkRun],
+           checks: list[tuple[int, float]], pg: list[tuple[str, PgbenchRun]]) -> str:
+    by_level = {(v, r.clients): r for v, r in pg}
+    out = ["# Black-box bench — `make run`'s stack under wrk, next to pgbench", "",
+           "| machine | |", "|---|---|", *[f"| {k} | {v} |" for k, v in facts.items()],
+           f"| cast | {args.senders} senders → {args.recipients} recipients, one group |",
+           f"| each run | {args.seconds:.0f} s |", "",
+           "## Summary", "",
+           "| connections | accepted sends/s | p50 / p99 | pgbench lean tx/s | pgbench real tx/s "
+           "| ÷ lean | ÷ real | CPU per send | target | verdict |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
+    for run in runs:
+        lean, real = by_level[("lean", run.connections)], by_level[("real", run.connections)]
+        r_lean, r_real = run.rate / lean.tps, run.rate / real.tps
+        met = r_lean >= TARGET_RATIO and run.p99_ms <= TARGET_P99_MS
+        out.append(
+            f"| {run.connections} | {fmt(run.rate, '/s')} | {fmt(run.p50_ms, 'ms')} / "
+            f"{fmt(run.p99_ms, 'ms')} | {fmt(lean.tps)} | {fmt(real.tps)} | {fmt_ratio(r_lean)} "
+            f"| {fmt_ratio(r_real)} | {fmt(_stack_cpu_ms(run), 'ms', 2)} "
+            f"| ≥ {TARGET_RATIO}× lean, p99 ≤ {TARGET_P99_MS:.0f} ms; CPU ≤ {TARGET_CPU_MS} ms "
+            f"| {'met' if met and _stack_cpu_ms(run) <= TARGET_CPU_MS else '**missed**'} |")
+    out += ["", "## Counted", "",
+            "| connections | 201s | rows written | other statuses | socket errors | outbox drained after |",
+            "|---|---|---|---|---|---|"]
+    for run, (written, drained) in zip(runs, checks, strict=True):
+        # A send in flight when wrk stops is written but its 201 is not counted: at
+        # most one per connection. Fewer rows than 201s would be a lost send.
+        flag = "" if run.created <= written <= run.created + run.connections else " **(mismatch)**"
+        out.append(f"| {run.connections} | {run.created} | {written}{flag} | {run.refused} "
+                   f"| {run.socket_errors} | {drained:.1f} s |")
+    out += ["", "Rows written may exceed the 201s by the sends in flight when wrk stopped "
+            "(at most one per connection); fewer rows than 201s would be a lost send.",
+            "", "## pgbench on the stack's Postgres", "",
+            "| clients | write set | tx/s | p50 / p99 | failed | Postgres CPU per tx |",
+            "|---|---|---|---|---|---|"]
+    for variant, r in pg:
+        out.append(f"| {r.clients} | {variant} | {fmt(r.tps)} | {fmt(r.latency.p50, 'ms')} / "
+                   f"{fmt(r.latency.p99, 'ms')} | {r.failed} | {fmt(_pg_cpu_ms(r), 'ms', 3)} |")
+    out += ["", "- lean: one counter update and three inserts (task, inbox event, outbox row);",
+            "- split: the send's writes as five statements (task, message, counter, event, outbox);",
+            "- real: the gateway's create statement (`app/store/tasks.py`), one task per "
+            "statement, as a lone send writes it. All prepared (`-M prepared`)."]
+    for run in runs:
+        out += ["", f"## CPU per send by process, c={run.connections}", "",
+                "| process | CPU ms per send | share of one core |", "|---|---|---|", *_cpu_rows(run)]
+    out += ["", "## How this stack differs from bench/run.py's", "",
+            *[f"- {d}" for d in DIFFERENCES],
+            "", "## Method", "",
+            "- `python bench/blackbox.py` starts `python -m devstack run` (what `make run` runs), "
+            "makes the cast through the public API, warms up 3 s, then per connection level: "
+            "wrk closed loop (`bench/wrk/send.lua`), the outbox drained, the rows counted, then "
+            "pgbench lean, split and real with as many clients, each as long.",
+            "- Ratios are sends/s ÷ pgbench tx/s at the same concurrency in the same sitting; "
+            "latency is wrk's, per request, including the HTTP round trip.",
+            "- CPU is each process's user+system time over the wrk run (psutil), with its "
+            "descendants, divided by the sends accepted."]
+    return "\n".join(out) + "\n"
