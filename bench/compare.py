@@ -1,9 +1,11 @@
-"""Two bench reports side by side: ``python bench/compare.py OLD.md NEW.md [--out FILE]``.
+"""Bench reports side by side: ``python bench/compare.py OLD.md NEW.md [--out FILE]``.
 
 ``bench/compare.sh`` runs an older commit's bench and this one's in the same
-sitting and calls this on the two reports. Rows are matched by (scenario,
-metric) of the Summary table; a row only one report has (a section the old
-bench did not have yet) is listed with the other side empty.
+sitting and calls this on the reports. Rows are matched by (scenario, metric) of
+the Summary table; a row only one side has (a section the old bench did not have
+yet) is listed with the other side empty. Either side may be several reports,
+comma-separated (``ROUNDS=3 bench/compare.sh`` interleaves old and new runs): a
+cell then shows each run's first number and the change is median ÷ median.
 """
 
 from __future__ import annotations
@@ -67,13 +69,40 @@ def change(old: str, new: str) -> str:
     return f"{b / a:.2f}×"
 
 
-def render(old_text: str, new_text: str, old_name: str, new_name: str,
+def merged(texts: list[str]) -> dict[tuple[str, str], list[str]]:
+    """The Summary rows of several runs of one side: one report's rows as they are;
+    of several, each row as the run with the median first number has it, followed by
+    every run's first number (a row some runs lack — its metric's name changed with
+    the outcome — is the median of the runs that have it)."""
+    rows = [summary(t) for t in texts]
+    if len(rows) == 1:
+        return rows[0]
+    keys = list(dict.fromkeys(k for r in rows for k in r))
+    out: dict[tuple[str, str], list[str]] = {}
+    for key in keys:
+        cells = [r[key] for r in rows if key in r]
+        numbered = [(n, c) for c in cells if (n := first_number(c[0])) is not None]
+        if len(numbered) < len(cells):
+            out[key] = cells[0]
+            continue
+        numbered.sort(key=lambda nc: nc[0])
+        median = numbered[(len(numbered) - 1) // 2][1]
+        runs = " · ".join(f"{first_number(c[0]):g}" for c in cells)
+        of = f"{len(cells)} of {len(rows)} runs" if len(cells) < len(rows) else "runs"
+        out[key] = [f"{median[0]} [median; {of}: {runs}]", *median[1:]]
+    return out
+
+
+def render(old_text: str | list[str], new_text: str | list[str], old_name: str, new_name: str,
            same_sitting: bool = False) -> str:
-    old, new = summary(old_text), summary(new_text)
-    fo, fn = facts(old_text), facts(new_text)
+    olds = [old_text] if isinstance(old_text, str) else old_text
+    news = [new_text] if isinstance(new_text, str) else new_text
+    old, new = merged(olds), merged(news)
+    fo, fn = facts(olds[0]), facts(news[-1])
     out = [f"# Bench comparison — {fo.get('commit', old_name)} → {fn.get('commit', new_name)}", "",
-           ("Both runs in the same sitting (bench/compare.sh), old first. " if same_sitting
-            else "Two reports, not necessarily from the same sitting: mind the load averages. ")
+           (f"{len(olds)} old and {len(news)} new run(s) in the same sitting (bench/compare.sh), "
+            "alternating, old first. " if same_sitting
+            else "Reports not necessarily from the same sitting: mind the load averages. ")
            + "Change = new ÷ old of the measured cell's first number (lower is better for "
            "latency and CPU, higher for rates); the two full reports are named below.", "",
            "| | old | new |", "|---|---|---|",
@@ -98,14 +127,16 @@ def render(old_text: str, new_text: str, old_name: str, new_name: str,
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("old", type=Path)
-    p.add_argument("new", type=Path)
+    p.add_argument("old", help="the old report, or several comma-separated")
+    p.add_argument("new", help="the new report, or several comma-separated")
     p.add_argument("--out", type=Path, help="write here too (default: print only)")
     p.add_argument("--same-sitting", action="store_true",
                    help="say the two runs were made one after the other (bench/compare.sh)")
     args = p.parse_args(argv)
-    text = render(args.old.read_text(), args.new.read_text(), args.old.name, args.new.name,
-                  args.same_sitting)
+    olds = [Path(f) for f in args.old.split(",")]
+    news = [Path(f) for f in args.new.split(",")]
+    text = render([f.read_text() for f in olds], [f.read_text() for f in news],
+                  ", ".join(f.name for f in olds), ", ".join(f.name for f in news), args.same_sitting)
     print(text)
     if args.out:
         args.out.write_text(text)

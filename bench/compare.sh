@@ -10,11 +10,14 @@
 # runs: use only options the old bench knows (--quick, --only with its scenarios).
 # Files: <date>-compare-<old>-old.md, <date>-compare-<old>-new.md (+ the new run's
 # extra files) and <date>-compare-<old>.md (summary rows side by side).
-# KEEP=1 keeps the temporary worktree; PYTHON picks the interpreter for its venv.
+# ROUNDS=N runs old, new, old, new … N times each (files …-old-1.md, …-new-1.md, …):
+# the machine's drift over a sitting then falls on both sides, and each cell shows
+# every run and the median. KEEP=1 keeps the temporary worktree; PYTHON picks the
+# interpreter for its venv.
 set -euo pipefail
 
 if [ $# -lt 1 ]; then
-  sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'
   exit 2
 fi
 repo=$(git -C "$(dirname "$0")" rev-parse --show-toplevel)
@@ -39,15 +42,21 @@ echo "compare: venv for $old" >&2
 "$tmp/old/.venv/bin/python" -m pip install -q -e "$tmp/old[embedded,dev]"
 
 name="compare-$old"
-echo "compare: bench of $old (old) ..." >&2
-(cd "$tmp/old" && .venv/bin/python bench/run.py --name "$name-old" "$@" >/dev/null)
-old_report=$(ls -t "$tmp/old/bench/results/"*"-$name-old.md" | head -1)
+rounds=${ROUNDS:-1}
 mkdir -p "$repo/bench/results"
-cp "$old_report" "$repo/bench/results/"
-echo "compare: bench of this work tree (new) ..." >&2
-(cd "$repo" && .venv/bin/python bench/run.py --name "$name-new" "$@" >/dev/null)
-new_report=$(ls -t "$repo/bench/results/"*"-$name-new.md" | head -1)
-out="${new_report%-new.md}.md"
-"$repo/.venv/bin/python" "$repo/bench/compare.py" "$repo/bench/results/$(basename "$old_report")" \
-  "$new_report" --out "$out" --same-sitting >/dev/null
-echo "compare: wrote ${out#"$repo"/} (and the two full reports next to it)" >&2
+olds=() news=()
+for i in $(seq 1 "$rounds"); do
+  suffix=$([ "$rounds" = 1 ] && echo "" || echo "-$i")
+  echo "compare: bench of $old (old)$suffix ..." >&2
+  (cd "$tmp/old" && .venv/bin/python bench/run.py --name "$name-old$suffix" "$@" >/dev/null)
+  old_report=$(ls -t "$tmp/old/bench/results/"*"-$name-old$suffix.md" | head -1)
+  cp "$old_report" "$repo/bench/results/"
+  olds+=("$repo/bench/results/$(basename "$old_report")")
+  echo "compare: bench of this work tree (new)$suffix ..." >&2
+  (cd "$repo" && .venv/bin/python bench/run.py --name "$name-new$suffix" "$@" >/dev/null)
+  news+=("$(ls -t "$repo/bench/results/"*"-$name-new$suffix.md" | head -1)")
+done
+out="${news[0]%-new*.md}.md"
+"$repo/.venv/bin/python" "$repo/bench/compare.py" "$(IFS=,; echo "${olds[*]}")" \
+  "$(IFS=,; echo "${news[*]}")" --out "$out" --same-sitting >/dev/null
+echo "compare: wrote ${out#"$repo"/} (and the full reports next to it)" >&2

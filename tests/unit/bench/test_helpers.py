@@ -101,6 +101,15 @@ def test_compare_matches_rows_and_keeps_rows_only_one_side_has() -> None:
     assert "| 2c. Profile | web CPU per send | (not in this report) | 0.9 ms |  |" in text
 
 
+def test_several_runs_a_side_compare_median_to_median() -> None:
+    olds = [REPORT.format(plan="full", commit="aaa", p50=p, extra="") for p in ("30.0", "10.0", "20.0")]
+    news = [REPORT.format(plan="full", commit="bbb", p50=p, extra="") for p in ("12.0", "9.0", "30.0")]
+    text = render(olds, news, "o1, o2, o3", "n1, n2, n3", same_sitting=True)
+    assert "3 old and 3 new run(s) in the same sitting" in text
+    assert ("| 1. E2E | e2e p50 at 200 msg/s | 20.0 ms [median; runs: 30 · 10 · 20] "
+            "| 12.0 ms [median; runs: 12 · 9 · 30] | 0.60× |") in text
+
+
 def test_change_needs_numbers_in_the_same_unit() -> None:
     assert change("1,000 /s (c=16)", "1,500 /s (c=64)") == "1.50×"
     assert change("2 ms", "3 %") == ""
