@@ -42,7 +42,7 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench import wrk_run
+from bench import blackbox_pg, wrk_run
 from bench.blackbox_report import render
 from bench.cpu import CpuMeter
 from bench.env import machine_facts
@@ -169,16 +169,19 @@ async def main(args: argparse.Namespace) -> Path:
         await wrk_run.run(base, cast_file, f"warm{uuid.uuid4().hex[:6]}", connections=max(levels),
                           seconds=3)
         await _outbox_drained()
-        mesh_runs, checks, pg_runs = [], [], []
+        mesh_runs, checks, pg_runs, hot = [], [], [], []
         for c in levels:
             run_id = uuid.uuid4().hex[:8]
             print(f"blackbox: wrk at c={c} ...", file=sys.stderr)
+            before = await blackbox_pg.counter_updates(DATABASE_URL)
             run = await wrk_run.run(base, cast_file, run_id, connections=c, seconds=args.seconds,
                                     meter=stack_meter(proc.pid))
             drained = await _outbox_drained()
             written = await _written(run_id)
+            after = await blackbox_pg.counter_updates(DATABASE_URL)
             mesh_runs.append(run)
             checks.append((written, drained))
+            hot.append(blackbox_pg.UpdateCounts(after.updates - before.updates, after.hot - before.hot))
             for variant in ("lean", "split", "real"):
                 print(f"blackbox: pgbench {variant} at c={c} ...", file=sys.stderr)
                 pg_runs.append((variant, await pgbench.run(
@@ -186,9 +189,11 @@ async def main(args: argparse.Namespace) -> Path:
                     n_recipients=args.recipients, variant=variant,
                     meter=stack_meter(proc.pid, only="postgres"))))
             await pgbench.cleanup(DATABASE_URL)
+        plan = await blackbox_pg.explain_create(DATABASE_URL, args.senders, args.recipients)
+        tables = await blackbox_pg.tables(DATABASE_URL)
     facts["load average at end (1/5/15 min)"] = " / ".join(f"{x:.2f}" for x in os.getloadavg())
     facts["bench duration"] = f"{time.monotonic() - started:.0f} s"
-    text = render(facts, args, mesh_runs, checks, pg_runs)
+    text = render(facts, args, mesh_runs, checks, pg_runs, hot, tables, plan)
     if args.no_write:
         print(text)
         return work

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from bench.blackbox_pg import TableFacts, UpdateCounts
 from bench.scenarios.pgbench import PgbenchRun
 from bench.stats import fmt, fmt_ratio
 from bench.wrk_run import WrkRun
@@ -57,8 +58,25 @@ def _pg_cpu_ms(pg: PgbenchRun) -> float:
     return 1000 * pg.cpu.usage["postgres"].cpu / pg.transactions
 
 
+def _postgres(runs: list[WrkRun], hot: list[UpdateCounts], tables: list[TableFacts],
+              plan: str) -> list[str]:
+    out = ["", "## What a send writes in Postgres", "",
+           "| table | indexes | foreign keys | fillfactor |", "|---|---|---|---|"]
+    out += [f"| {t.table} | {len(t.indexes)}: {', '.join(t.indexes)} | {t.foreign_keys} | {t.fillfactor} |"
+            for t in tables]
+    out += ["", "Counter-row updates (`agents`) during each wrk run, and how many were HOT "
+            "(no index touched; read from pg_stat_user_tables, so approximate):", ""]
+    for run, h in zip(runs, hot, strict=True):
+        share = f"{100 * h.hot / h.updates:.0f} %" if h.updates else "n/a"
+        out.append(f"- c={run.connections}: {h.updates} updates, {h.hot} HOT ({share})")
+    out += ["", "The gateway's create statement for one task, `EXPLAIN (ANALYZE, BUFFERS)` "
+            "on the stack's Postgres after the runs (rolled back):", "", "```", plan, "```"]
+    return out
+
+
 def render(facts: dict[str, str], args: argparse.Namespace, runs: list[WrkRun],
-           checks: list[tuple[int, float]], pg: list[tuple[str, PgbenchRun]]) -> str:
+           checks: list[tuple[int, float]], pg: list[tuple[str, PgbenchRun]],
+           hot: list[UpdateCounts], tables: list[TableFacts], plan: str) -> str:
     by_level = {(v, r.clients): r for v, r in pg}
     out = ["# Black-box bench — `make run`'s stack under wrk, next to pgbench", "",
            "| machine | |", "|---|---|", *[f"| {k} | {v} |" for k, v in facts.items()],
@@ -102,6 +120,7 @@ def render(facts: dict[str, str], args: argparse.Namespace, runs: list[WrkRun],
     for run in runs:
         out += ["", f"## CPU per send by process, c={run.connections}", "",
                 "| process | CPU ms per send | share of one core |", "|---|---|---|", *_cpu_rows(run)]
+    out += _postgres(runs, hot, tables, plan)
     out += ["", "## How this stack differs from bench/run.py's", "",
             *[f"- {d}" for d in DIFFERENCES],
             "", "## Method", "",

@@ -53,3 +53,21 @@ async def test_each_write_set_leaves_its_rows(iso: Settings, tmp_path: Path, var
 def test_unknown_write_set_is_refused() -> None:
     with pytest.raises(ValueError, match="one of split, lean, real"):
         pgbench.script(1, 1, "fast")
+
+
+async def test_the_create_statement_is_explained_and_rolled_back(iso: Settings) -> None:
+    from bench import blackbox_pg
+
+    await pgbench.prepare(iso.database_url, 2)
+    plan = await blackbox_pg.explain_create(iso.database_url, 5, 2)
+    for node in ("Insert on tasks", "Insert on task_messages", "Insert on inbox_events",
+                 "Insert on outbox_events", "Update on agents", "Buffers:"):
+        assert node in plan, plan
+    conn = await asyncpg.connect(iso.database_url)
+    try:
+        assert await conn.fetchval(COUNTS["tasks"]) == 0  # explained, not kept
+    finally:
+        await conn.close()
+    facts = {t.table: t for t in await blackbox_pg.tables(iso.database_url)}
+    assert list(facts) == list(blackbox_pg.SEND_TABLES)
+    assert "tasks_pkey" in facts["tasks"].indexes and facts["task_messages"].foreign_keys >= 1
