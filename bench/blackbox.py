@@ -54,8 +54,8 @@ from devstack.stack import Ports
 
 REPO = Path(__file__).resolve().parents[1]
 DATABASE_URL = f"postgresql://postgres@127.0.0.1:{Ports.fixed().postgres}/mesh"
-# Procfile process → how its shell's command line shows it.
-PROCESSES = (("web", "uvicorn"), ("outbox", "workers.relay"), ("push", "workers.push"),
+# Procfile process → what its shell's command line names (the web: its app, whichever server).
+PROCESSES = (("web", "app.main:create_app"), ("outbox", "workers.relay"), ("push", "workers.push"),
              ("cron", "cron.worker"), ("webhook", "workers.webhook"),
              ("a2a-bridge", "workers.a2a_bridge"))
 # Embedded service → its fixed port (the server may run detached from devstack).
