@@ -27,6 +27,7 @@ import asyncio
 import contextlib
 import datetime as dt
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -123,6 +124,23 @@ async def _ready(base: str, proc: asyncio.subprocess.Process, log: Path, timeout
     raise SystemExit(f"make run's stack was not ready after {timeout:.0f} s; see {log}")
 
 
+async def _alter_system(assignments: list[str]) -> None:
+    """``name=value`` for every session, the stack's included (a reload reaches
+    sessions already open), for an A/B of a Postgres setting."""
+    if not assignments:
+        return
+    conn = await asyncpg.connect(DATABASE_URL)
+    try:
+        for assignment in assignments:
+            name, _, value = assignment.partition("=")
+            if not (re.fullmatch(r"[a-z_.]+", name) and re.fullmatch(r"[A-Za-z0-9_.-]+", value)):
+                raise SystemExit(f"--pg-set {assignment!r}: want name=value (letters, digits, _ . -)")
+            await conn.execute(f"ALTER SYSTEM SET {name} = '{value}'")
+        await conn.execute("SELECT pg_reload_conf()")
+    finally:
+        await conn.close()
+
+
 async def _written(run_id: str) -> int:
     conn = await asyncpg.connect(DATABASE_URL)
     try:
@@ -157,8 +175,12 @@ async def main(args: argparse.Namespace) -> Path:
     print(f"blackbox: make run's stack in {work} on {base} ...", file=sys.stderr)
     if args.procfile:
         facts["Procfile"] = f"`{args.procfile}` (not the repository's)"
+    for setting in args.pg_set:
+        facts.setdefault("Postgres settings (ALTER SYSTEM)", "")
+        facts["Postgres settings (ALTER SYSTEM)"] += f"`{setting}` "
     async with make_run(work / "data", port, work / "devstack.log",
                         Path(args.procfile) if args.procfile else None) as proc:
+        await _alter_system(args.pg_set)
         cast = await make_cast(base, args.senders, args.recipients)
         cast_file = work / "cast.txt"
         lines = [" ".join(a.agent_id for a in cast.recipients)]
@@ -211,6 +233,8 @@ def cli() -> None:
     p.add_argument("--recipients", type=int, default=10)
     p.add_argument("--name", default="", help="short name for the results file")
     p.add_argument("--procfile", default="", help="run this Procfile instead (e.g. another web server)")
+    p.add_argument("--pg-set", action="append", default=[], metavar="NAME=VALUE",
+                   help="ALTER SYSTEM SET this on the stack's Postgres (repeatable)")
     p.add_argument("--no-write", action="store_true", help="print the report; write no file")
     args = p.parse_args()
     if args.procfile:
