@@ -7,8 +7,10 @@ admin_usernames = ["alice"]
 # sentry_dsn    = "https://...@o0.ingest.sentry.io/0"   # or TF_VAR_sentry_dsn
 
 processes = {
-  web    = { cpu = 512, memory = 1024, count = 2 }
-  outbox = { cpu = 512, memory = 1024, count = 1 }
-  push   = { cpu = 512, memory = 1024, count = 2 }
-  cron   = { cpu = 256, memory = 512, count = 1 }
+  web          = { cpu = 512, memory = 1024, count = 2 }
+  outbox       = { cpu = 512, memory = 1024, count = 1 }
+  push         = { cpu = 512, memory = 1024, count = 2 }
+  cron         = { cpu = 256, memory = 512, count = 1 }
+  webhook      = { cpu = 256, memory = 512, count = 1 }
+  "a2a-bridge" = { cpu = 256, memory = 512, count = 1 }
 }

@@ -1,5 +1,6 @@
 # The Procfile on ECS Fargate: one service per long-running process (web
-# behind the load balancer; outbox, push and cron without one) and a one-off
+# behind the load balancer; outbox, push, cron, webhook and a2a-bridge without
+# one) and a one-off
 # `release` task that applies the migrations before the services roll.
 
 data "aws_partition" "current" {}
@@ -45,9 +46,11 @@ locals {
       "--no-access-log", "--proxy-headers", "--forwarded-allow-ips", local.forwarded_allow_ips,
       "--timeout-graceful-shutdown", "30",
     ]
-    outbox = ["python", "-m", "workers.relay"]
-    push   = ["python", "-m", "workers.push"]
-    cron   = ["arq", "cron.worker.WorkerSettings"]
+    outbox       = ["python", "-m", "workers.relay"]
+    push         = ["python", "-m", "workers.push"]
+    cron         = ["arq", "cron.worker.WorkerSettings"]
+    webhook      = ["python", "-m", "workers.webhook"]
+    "a2a-bridge" = ["python", "-m", "workers.a2a_bridge"]
   }
 
   sizes = merge(var.processes, { release = { cpu = 256, memory = 512, count = 0 } })
@@ -66,6 +69,8 @@ locals {
   # interface of the task (MESH_HOST); web serves /metrics on its HTTP port,
   # to "Authorization: Bearer <MESH_METRICS_TOKEN>" only (the ALB never forwards it).
   # A scraper in the VPC needs an ingress rule on 9100 to the app security group.
+  # The Procfile's processes besides web and release: each serves its metrics on 9100.
+  workers            = ["outbox", "push", "cron", "webhook", "a2a-bridge"]
   worker_environment = { MESH_METRICS_PORT = "9100", MESH_HOST = "0.0.0.0" }
 
   secrets = [for name in local.secret_names : {
@@ -115,7 +120,7 @@ resource "aws_iam_role" "task" {
   assume_role_policy = data.aws_iam_policy_document.ecs_tasks_assume.json
 }
 
-# --- task definitions: web, outbox, push, cron, release ------------------------------------
+# --- task definitions: web, the workers, release --------------------------------------------
 
 resource "aws_ecs_task_definition" "process" {
   for_each = local.commands
@@ -142,11 +147,11 @@ resource "aws_ecs_task_definition" "process" {
     stopTimeout = 60
     portMappings = (
       each.key == "web" ? [{ containerPort = 8080, protocol = "tcp" }] :
-      contains(["outbox", "push", "cron"], each.key) ? [{ containerPort = 9100, protocol = "tcp" }] : []
+      contains(local.workers, each.key) ? [{ containerPort = 9100, protocol = "tcp" }] : []
     )
     environment = [for k, v in merge(
       local.environment,
-      contains(["outbox", "push", "cron"], each.key) ? local.worker_environment : {},
+      contains(local.workers, each.key) ? local.worker_environment : {},
     ) : { name = k, value = v }]
     secrets = local.secrets
     logConfiguration = {

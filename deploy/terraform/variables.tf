@@ -42,22 +42,24 @@ variable "image" {
 }
 
 variable "processes" {
-  description = "Fargate size and task count of each Procfile process."
+  description = "Fargate size and task count of each Procfile process. The defaults carry ~800 sends/s; web scales first (docs/operations.md, Capacity)."
   type = map(object({
     cpu    = number
     memory = number
     count  = number
   }))
   default = {
-    web    = { cpu = 512, memory = 1024, count = 2 }
-    outbox = { cpu = 512, memory = 1024, count = 1 }
-    push   = { cpu = 512, memory = 1024, count = 2 }
-    cron   = { cpu = 256, memory = 512, count = 1 }
+    web          = { cpu = 512, memory = 1024, count = 2 }
+    outbox       = { cpu = 512, memory = 1024, count = 1 }
+    push         = { cpu = 512, memory = 1024, count = 2 }
+    cron         = { cpu = 256, memory = 512, count = 1 }
+    webhook      = { cpu = 256, memory = 512, count = 1 }
+    "a2a-bridge" = { cpu = 256, memory = 512, count = 1 }
   }
 
   validation {
-    condition     = sort(keys(var.processes)) == sort(["web", "outbox", "push", "cron"])
-    error_message = "processes must define exactly web, outbox, push and cron (the Procfile)."
+    condition     = sort(keys(var.processes)) == sort(["web", "outbox", "push", "cron", "webhook", "a2a-bridge"])
+    error_message = "processes must define exactly web, outbox, push, cron, webhook and a2a-bridge (the Procfile)."
   }
 }
 
