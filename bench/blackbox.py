@@ -28,6 +28,7 @@ import contextlib
 import datetime as dt
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -165,7 +166,7 @@ async def _outbox_drained(timeout: float = 120) -> float:
     raise RuntimeError(f"the outbox still had pending rows {timeout:.0f} s after the run")
 
 
-async def main(args: argparse.Namespace) -> Path:
+async def main(args: argparse.Namespace) -> Path | None:
     facts = machine_facts()
     levels = [int(c) for c in args.connections.split(",")]
     work = Path(tempfile.mkdtemp(prefix="mesh-blackbox-"))
@@ -213,12 +214,16 @@ async def main(args: argparse.Namespace) -> Path:
             await pgbench.cleanup(DATABASE_URL)
         plan = await blackbox_pg.explain_create(DATABASE_URL, args.senders, args.recipients)
         tables = await blackbox_pg.tables(DATABASE_URL)
+    if args.keep:
+        print(f"blackbox: kept {work}", file=sys.stderr)
+    else:
+        shutil.rmtree(work, ignore_errors=True)  # the stack's data: hundreds of MB a run
     facts["load average at end (1/5/15 min)"] = " / ".join(f"{x:.2f}" for x in os.getloadavg())
     facts["bench duration"] = f"{time.monotonic() - started:.0f} s"
     text = render(facts, args, mesh_runs, checks, pg_runs, hot, tables, plan)
     if args.no_write:
         print(text)
-        return work
+        return None
     out = REPO / "bench" / "results" / f"{dt.date.today()}-blackbox{'-' + args.name if args.name else ''}.md"
     out.write_text(text)
     print(f"blackbox: wrote {out.relative_to(REPO)}", file=sys.stderr)
@@ -236,6 +241,7 @@ def cli() -> None:
     p.add_argument("--pg-set", action="append", default=[], metavar="NAME=VALUE",
                    help="ALTER SYSTEM SET this on the stack's Postgres (repeatable)")
     p.add_argument("--no-write", action="store_true", help="print the report; write no file")
+    p.add_argument("--keep", action="store_true", help="keep the stack's data folder and logs")
     args = p.parse_args()
     if args.procfile:
         args.procfile = str(Path(args.procfile).resolve())
