@@ -13,7 +13,11 @@ exited is included (``children_user``/``children_system`` of their parent).
 
 from __future__ import annotations
 
+import asyncio
+import resource
+from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 import psutil
 
@@ -143,3 +147,35 @@ class Measure:
         m1 = machine_busy()
         self.result = Interval(time.perf_counter() - self._t0, usage, m1[0] - self._m0[0],
                                m1[1] - self._m0[1])
+
+
+@dataclass(frozen=True)
+class CommandRun:
+    """A load tool's run: its output, the tool's own CPU, the meter's interval."""
+
+    output: str
+    client_cpu: float            # CPU seconds of the command itself
+    cpu: Interval | None         # what ``meter`` counted over the run
+
+
+async def run_command(cmd: list[str], name: str, *, meter: CpuMeter | None = None,
+                      cwd: Path | None = None, env: Mapping[str, str] | None = None) -> CommandRun:
+    """Run a load tool (wrk, pgbench) to its end with ``meter`` measuring the
+    processes under load meanwhile; the tool's CPU comes from the kernel's count for
+    reaped children, so it is not in the meter's. A non-zero exit is an error
+    carrying the tail of the output."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    measure = Measure(meter) if meter is not None else None
+    if measure is not None:
+        measure.__enter__()
+    proc = await asyncio.create_subprocess_exec(*cmd, cwd=cwd, env=env, stdout=asyncio.subprocess.PIPE,
+                                                stderr=asyncio.subprocess.STDOUT)
+    out, _ = await proc.communicate()
+    if measure is not None:
+        measure.__exit__(None, None, None)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    text = out.decode(errors="replace")
+    if proc.returncode != 0:
+        raise RuntimeError(f"{name} failed ({proc.returncode}):\n{text[-3000:]}")
+    return CommandRun(text, (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime),
+                      measure.result if measure is not None else None)

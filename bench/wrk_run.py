@@ -7,14 +7,12 @@ scheduling sits between the two.
 
 from __future__ import annotations
 
-import asyncio
 import json
-import resource
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.cpu import CpuMeter, Interval, Measure
+from bench.cpu import CpuMeter, Interval, run_command
 
 SCRIPT = Path(__file__).resolve().parent / "wrk" / "send.lua"
 RESULT_PREFIX = "WRK_RESULT "
@@ -71,18 +69,5 @@ async def run(base_url: str, cast_file: Path, run_id: str, *, connections: int, 
     cmd = [binary(), f"-t{min(threads, connections)}", f"-c{connections}",
            f"-d{max(1, round(seconds))}s", "--timeout", "10s", "-s", str(SCRIPT), base_url]
     env = {"MESH_CAST": str(cast_file), "MESH_RUN": run_id, "PATH": "/usr/bin:/bin"}
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    measure = Measure(meter) if meter is not None else None
-    if measure is not None:
-        measure.__enter__()
-    proc = await asyncio.create_subprocess_exec(*cmd, env=env, stdout=asyncio.subprocess.PIPE,
-                                                stderr=asyncio.subprocess.STDOUT)
-    out, _ = await proc.communicate()
-    if measure is not None:
-        measure.__exit__(None, None, None)
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    text = out.decode(errors="replace")
-    if proc.returncode != 0:
-        raise RuntimeError(f"wrk failed ({proc.returncode}):\n{text[-2000:]}")
-    client = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
-    return parse(text, connections, client, measure.result if measure is not None else None)
+    done = await run_command(cmd, "wrk", meter=meter, env=env)
+    return parse(done.output, connections, done.client_cpu, done.cpu)

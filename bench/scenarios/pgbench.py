@@ -16,17 +16,15 @@ check (1 SELECT), the coalesced NOTIFY after the commit, JSON and HTTP.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
-import resource
 from dataclasses import dataclass
 from pathlib import Path
 
 import asyncpg
 
 from app.store.events import WAKEUP_CHANNEL
-from bench.cpu import CpuMeter, Interval, Measure
+from bench.cpu import CpuMeter, Interval, run_command
 from bench.load import TEXT
 from bench.stats import Dist
 
@@ -185,19 +183,8 @@ async def run(database_url: str, workdir: Path, *, clients: int, seconds: float,
            "-T", str(max(1, round(seconds))), "-f", str(path), "-l",
            f"--log-prefix={logdir / 'tx'}", "-h", url.hostname or "127.0.0.1",
            "-p", str(url.port), "-U", url.username or "postgres", url.path.lstrip("/")]
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    measure = Measure(meter) if meter is not None else None
-    if measure is not None:
-        measure.__enter__()
-    proc = await asyncio.create_subprocess_exec(*cmd, stdout=asyncio.subprocess.PIPE,
-                                                stderr=asyncio.subprocess.STDOUT, cwd=workdir)
-    out, _ = await proc.communicate()
-    if measure is not None:
-        measure.__exit__(None, None, None)
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    text = out.decode(errors="replace")
-    if proc.returncode != 0:
-        raise RuntimeError(f"pgbench failed ({proc.returncode}):\n{text[-3000:]}")
+    done_run = await run_command(cmd, "pgbench", meter=meter, cwd=workdir)
+    text = done_run.output
     tps_match = re.search(r"tps = ([\d.]+) \(without initial connection time\)", text)
     failed_match = re.search(r"number of failed transactions: (\d+)", text)
     latencies: list[float] = []
@@ -210,5 +197,4 @@ async def run(database_url: str, workdir: Path, *, clients: int, seconds: float,
     return PgbenchRun(clients, float(tps_match.group(1)) if tps_match else 0.0,
                       Dist.of_seconds(latencies), int(failed_match.group(1)) if failed_match else 0,
                       text, int(done.group(1)) if done else len(latencies),
-                      measure.result if measure is not None else None,
-                      (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime))
+                      done_run.cpu, done_run.client_cpu)
