@@ -45,42 +45,37 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench import blackbox_pg, wrk_run
-from bench.blackbox_report import render
+from bench.blackbox_report import Measured, render
 from bench.cpu import CpuMeter
 from bench.env import machine_facts
 from bench.load import make_cast
 from bench.scenarios import pgbench
 from devstack.ports import listening_pid
 from devstack.process import free_port
+from devstack.procfile import read as procfile_of
 from devstack.stack import Ports
 
 REPO = Path(__file__).resolve().parents[1]
+PROCFILE = REPO / "Procfile"
 DATABASE_URL = f"postgresql://postgres@127.0.0.1:{Ports.fixed().postgres}/mesh"
-# Procfile process → what its shell's command line names (the web: its app, whichever server).
-PROCESSES = (("web", "app.main:create_app"), ("outbox", "workers.relay"), ("push", "workers.push"),
-             ("cron", "cron.worker"), ("webhook", "workers.webhook"),
-             ("a2a-bridge", "workers.a2a_bridge"))
 # Embedded service → its fixed port (the server may run detached from devstack).
 SERVICES = (("postgres", Ports.fixed().postgres), ("redis", Ports.fixed().redis),
             ("kafka", Ports.fixed().kafka))
 
 
-def _process_name(proc: psutil.Process) -> str | None:
-    try:
-        line = " ".join(proc.cmdline())
-    except psutil.Error:
-        return None
-    return next((name for name, mark in PROCESSES if mark in line), None)
-
-
-def stack_meter(devstack_pid: int, only: str | None = None) -> CpuMeter:
-    """One component per Procfile process (its shell and what that started) and per
-    service (the server and its descendants, e.g. the Postgres backends); wrk's
-    CPU is counted apart. ``only``: just that component."""
+def stack_meter(devstack_pid: int, procfile: Path, only: str | None = None) -> CpuMeter:
+    """One component per Procfile process (its shell, whose command line is the
+    Procfile's command, and what that started) and per service (the server and its
+    descendants, e.g. the Postgres backends); wrk's CPU is counted apart. ``only``:
+    just that component."""
+    commands = procfile_of(procfile).processes
     parts: dict[str, tuple[int, bool]] = {"devstack": (devstack_pid, False)}
     for child in psutil.Process(devstack_pid).children():
-        if (name := _process_name(child)) is not None:
-            parts.setdefault(name, (child.pid, True))
+        with contextlib.suppress(psutil.Error):
+            line = " ".join(child.cmdline())
+            name = next((name for name, command in commands if command in line), None)
+            if name is not None:
+                parts.setdefault(name, (child.pid, True))
     for name, port in SERVICES:
         if (pid := listening_pid(port)) is not None:
             parts[name] = (pid, True)
@@ -91,10 +86,9 @@ def stack_meter(devstack_pid: int, only: str | None = None) -> CpuMeter:
 
 @contextlib.asynccontextmanager
 async def make_run(data_dir: Path, port: int, log: Path,
-                   procfile: Path | None = None) -> AsyncIterator[asyncio.subprocess.Process]:
-    env = {**os.environ, "MESH_DATA_DIR": str(data_dir), "PORT": str(port)}
-    if procfile is not None:
-        env["MESH_PROCFILE"] = str(procfile)  # absolute: devstack runs in the repository
+                   procfile: Path) -> AsyncIterator[asyncio.subprocess.Process]:
+    # absolute: devstack runs in the repository
+    env = {**os.environ, "MESH_DATA_DIR": str(data_dir), "PORT": str(port), "MESH_PROCFILE": str(procfile)}
     with log.open("wb") as out:
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "devstack", "run", cwd=REPO, env=env, stdout=out,
@@ -168,19 +162,39 @@ async def _outbox_drained(timeout: float = 120) -> float:
 
 async def main(args: argparse.Namespace) -> Path | None:
     facts = machine_facts()
-    levels = [int(c) for c in args.connections.split(",")]
     work = Path(tempfile.mkdtemp(prefix="mesh-blackbox-"))
+    started = time.monotonic()
+    if args.procfile != PROCFILE:
+        facts["Procfile"] = f"`{args.procfile}` (not the repository's)"
+    if args.pg_set:
+        facts["Postgres settings (ALTER SYSTEM)"] = " ".join(f"`{s}`" for s in args.pg_set)
+    try:
+        measured = await _measure(args, work)
+    finally:
+        if args.keep:
+            print(f"blackbox: kept {work}", file=sys.stderr)
+        else:
+            shutil.rmtree(work, ignore_errors=True)  # the stack's data: hundreds of MB a run
+    facts["load average at end (1/5/15 min)"] = " / ".join(f"{x:.2f}" for x in os.getloadavg())
+    facts["bench duration"] = f"{time.monotonic() - started:.0f} s"
+    text = render(facts, args, *measured)
+    if args.no_write:
+        print(text)
+        return None
+    out = REPO / "bench" / "results" / f"{dt.date.today()}-blackbox{'-' + args.name if args.name else ''}.md"
+    out.write_text(text)
+    print(f"blackbox: wrote {out.relative_to(REPO)}", file=sys.stderr)
+    return out
+
+
+async def _measure(args: argparse.Namespace, work: Path) -> Measured:
+    """The stack up, the cast made, then per level: wrk, the checks, pgbench; the
+    report's inputs in :func:`render`'s order."""
+    levels = [int(c) for c in args.connections.split(",")]
     port = free_port()
     base = f"http://127.0.0.1:{port}"
-    started = time.monotonic()
     print(f"blackbox: make run's stack in {work} on {base} ...", file=sys.stderr)
-    if args.procfile:
-        facts["Procfile"] = f"`{args.procfile}` (not the repository's)"
-    for setting in args.pg_set:
-        facts.setdefault("Postgres settings (ALTER SYSTEM)", "")
-        facts["Postgres settings (ALTER SYSTEM)"] += f"`{setting}` "
-    async with make_run(work / "data", port, work / "devstack.log",
-                        Path(args.procfile) if args.procfile else None) as proc:
+    async with make_run(work / "data", port, work / "devstack.log", args.procfile) as proc:
         await _alter_system(args.pg_set)
         cast = await make_cast(base, args.senders, args.recipients)
         cast_file = work / "cast.txt"
@@ -192,13 +206,16 @@ async def main(args: argparse.Namespace) -> Path | None:
         await wrk_run.run(base, cast_file, f"warm{uuid.uuid4().hex[:6]}", connections=max(levels),
                           seconds=3)
         await _outbox_drained()
-        mesh_runs, checks, pg_runs, hot = [], [], [], []
+        mesh_runs: list[wrk_run.WrkRun] = []
+        checks: list[tuple[int, float]] = []
+        pg_runs: list[tuple[str, pgbench.PgbenchRun]] = []
+        hot: list[blackbox_pg.UpdateCounts] = []
         for c in levels:
             run_id = uuid.uuid4().hex[:8]
             print(f"blackbox: wrk at c={c} ...", file=sys.stderr)
             before = await blackbox_pg.counter_updates(DATABASE_URL)
             run = await wrk_run.run(base, cast_file, run_id, connections=c, seconds=args.seconds,
-                                    meter=stack_meter(proc.pid))
+                                    meter=stack_meter(proc.pid, args.procfile))
             drained = await _outbox_drained()
             written = await _written(run_id)
             after = await blackbox_pg.counter_updates(DATABASE_URL)
@@ -210,24 +227,11 @@ async def main(args: argparse.Namespace) -> Path | None:
                 pg_runs.append((variant, await pgbench.run(
                     DATABASE_URL, work, clients=c, seconds=args.seconds, n_senders=args.senders,
                     n_recipients=args.recipients, variant=variant,
-                    meter=stack_meter(proc.pid, only="postgres"))))
+                    meter=stack_meter(proc.pid, args.procfile, only="postgres"))))
             await pgbench.cleanup(DATABASE_URL)
         plan = await blackbox_pg.explain_create(DATABASE_URL, args.senders, args.recipients)
         tables = await blackbox_pg.tables(DATABASE_URL)
-    if args.keep:
-        print(f"blackbox: kept {work}", file=sys.stderr)
-    else:
-        shutil.rmtree(work, ignore_errors=True)  # the stack's data: hundreds of MB a run
-    facts["load average at end (1/5/15 min)"] = " / ".join(f"{x:.2f}" for x in os.getloadavg())
-    facts["bench duration"] = f"{time.monotonic() - started:.0f} s"
-    text = render(facts, args, mesh_runs, checks, pg_runs, hot, tables, plan)
-    if args.no_write:
-        print(text)
-        return None
-    out = REPO / "bench" / "results" / f"{dt.date.today()}-blackbox{'-' + args.name if args.name else ''}.md"
-    out.write_text(text)
-    print(f"blackbox: wrote {out.relative_to(REPO)}", file=sys.stderr)
-    return out
+    return mesh_runs, checks, pg_runs, hot, tables, plan
 
 
 def cli() -> None:
@@ -237,14 +241,14 @@ def cli() -> None:
     p.add_argument("--senders", type=int, default=100)
     p.add_argument("--recipients", type=int, default=10)
     p.add_argument("--name", default="", help="short name for the results file")
-    p.add_argument("--procfile", default="", help="run this Procfile instead (e.g. another web server)")
+    p.add_argument("--procfile", type=Path, default=PROCFILE,
+                   help="run this Procfile instead (e.g. another web server)")
     p.add_argument("--pg-set", action="append", default=[], metavar="NAME=VALUE",
                    help="ALTER SYSTEM SET this on the stack's Postgres (repeatable)")
     p.add_argument("--no-write", action="store_true", help="print the report; write no file")
     p.add_argument("--keep", action="store_true", help="keep the stack's data folder and logs")
     args = p.parse_args()
-    if args.procfile:
-        args.procfile = str(Path(args.procfile).resolve())
+    args.procfile = args.procfile.resolve()
     asyncio.run(main(args))
 
 

@@ -9,6 +9,12 @@ from bench.scenarios.pgbench import PgbenchRun
 from bench.stats import fmt, fmt_ratio
 from bench.wrk_run import WrkRun
 
+# What a black-box run measured, in render's order: wrk runs, (rows written, outbox
+# drain seconds) per run, pgbench runs by write set, counter updates per run, the
+# send's tables, the create statement's plan.
+Measured = tuple[list[WrkRun], list[tuple[int, float]], list[tuple[str, PgbenchRun]],
+                 list[UpdateCounts], list[TableFacts], str]
+
 TARGET_RATIO = 0.5      # accepted sends ≥ half of pgbench's lean transactions …
 TARGET_P99_MS = 50.0    # … with p99 ≤ 50 ms
 TARGET_CPU_MS = 2.0     # CPU per send, whole stack
