@@ -7,17 +7,15 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from devstack.procfile import RELEASE, read
+
 ROOT = Path(__file__).resolve().parents[1]
 TF = ROOT / "deploy" / "terraform"
 
 
 def _procfile() -> dict[str, str]:
-    out = {}
-    for line in (ROOT / "Procfile").read_text().splitlines():
-        if line.strip() and not line.startswith("#"):
-            name, _, command = line.partition(":")
-            out[name.strip()] = command.strip()
-    return out
+    procfile = read(ROOT / "Procfile")
+    return {RELEASE: procfile.release, **dict(procfile.processes)}
 
 
 def _block(text: str, opening: str) -> str:
@@ -51,7 +49,7 @@ def test_every_long_running_process_has_a_default_size_and_is_validated() -> Non
     variables = (TF / "variables.tf").read_text()
     processes = _block(variables, 'variable "processes" {')
     defaults = _keys(_block(processes, "default = {"))
-    assert defaults == set(_procfile()) - {"release"}
+    assert defaults == set(_procfile()) - {RELEASE}
     example = _keys(_block((TF / "example.tfvars").read_text(), "processes = {"))
     assert example == defaults
     listed = re.search(r"sort\(\[(.*?)\]\)", processes)
