@@ -32,8 +32,8 @@ import asyncio
 import contextlib
 import logging
 
+import aiohttp
 import asyncpg
-import httpcore
 
 from app.delivery import protocol as delivery
 from app.delivery.redis_follow import follow
@@ -215,7 +215,7 @@ class WebhookWorker:
                         lane[0], key, type(exc).__name__, exc)
             self._later(lane, self.retry.delay(1))
 
-    async def _deliver(self, client: httpcore.AsyncConnectionPool, lane: LaneKey,
+    async def _deliver(self, client: aiohttp.ClientSession, lane: LaneKey,
                        row: asyncpg.Record | None) -> None:
         channel, key = self.channels[lane[0]], lane[1]
         while row is not None and not self._stopping.is_set():
@@ -273,7 +273,7 @@ class WebhookWorker:
             stop.cancel()
             kicked.cancel()
 
-    async def _one(self, client: httpcore.AsyncConnectionPool, lane: LaneKey, row: asyncpg.Record,
+    async def _one(self, client: aiohttp.ClientSession, lane: LaneKey, row: asyncpg.Record,
                    item: Item) -> asyncpg.Record | None:
         """POST one item; the fresh row after recording what came of it."""
         channel, key = self.channels[lane[0]], lane[1]

@@ -7,6 +7,11 @@ for certificate verification), so a DNS answer that changes after the check
 cannot aim the request elsewhere. Redirects are not followed, proxies from the
 environment are ignored, and at most ``MESH_WEBHOOK_RESPONSE_MAX_BYTES`` of a
 response are read. The whole exchange, resolution included, has one deadline.
+
+The client is aiohttp's: its HTTP parser is C, and per POST it costs this
+process about a quarter of the CPU a pure-Python HTTP/1.1 stack (httpcore and
+h11 under anyio) did — a webhook POST is most of what this worker does
+(bench/results/2026-12-04-webhooks-aiohttp.md).
 """
 
 from __future__ import annotations
@@ -17,7 +22,8 @@ import time
 from dataclasses import dataclass
 from typing import Literal
 
-import httpcore
+import aiohttp
+from yarl import URL
 
 from app.platform.metrics import WEBHOOK_ATTEMPTS, WEBHOOK_FAILURES, WEBHOOK_LATENCY
 from app.platform.settings import Settings
@@ -26,6 +32,8 @@ from app.platform.webhook_target import TargetRefused, checked_addresses, litera
 Reason = Literal["ok", "status", "timeout", "connect", "refused"]
 USER_AGENT = "agent-mesh-webhooks/1"
 _ERROR_BODY_CHARS = 200
+# Asked for nothing but the identity encoding: a response is read only to a cap.
+_SKIPPED = frozenset({"Accept-Encoding"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,17 +54,18 @@ class Poster:
         self.max_bytes = settings.webhook_response_max_bytes
         self._ssl = ssl.create_default_context()  # built once, shared by every client
 
-    def client(self) -> httpcore.AsyncConnectionPool:
-        """A connection pool for one agent's run of deliveries: its connections are
-        keyed by the checked address, so they are never shared with another agent's
-        host name on the same address (another SNI, another certificate). httpcore,
-        the transport under httpx, directly: a webhook POST needs none of httpx's
-        client layer (cookies, auth flows, redirects, URL models), and that layer
-        was a measurable share of this worker's CPU per POST."""
-        return httpcore.AsyncConnectionPool(ssl_context=self._ssl, max_connections=1,
-                                            max_keepalive_connections=1)
+    def client(self) -> aiohttp.ClientSession:
+        """A client for one agent's run of deliveries, holding at most one
+        connection: connections are keyed by the checked address, so they are
+        never shared with another agent's host name on the same address (another
+        SNI, another certificate). No cookies, no proxies from the environment,
+        no DNS cache (every connect resolves and checks again)."""
+        connector = aiohttp.TCPConnector(limit=1, use_dns_cache=False, ssl=self._ssl)
+        return aiohttp.ClientSession(connector=connector, cookie_jar=aiohttp.DummyCookieJar(),
+                                     auto_decompress=False, trust_env=False,
+                                     skip_auto_headers=_SKIPPED)
 
-    async def post(self, client: httpcore.AsyncConnectionPool, url: str, headers: dict[str, str],
+    async def post(self, client: aiohttp.ClientSession, url: str, headers: dict[str, str],
                    body: bytes) -> Outcome:
         WEBHOOK_ATTEMPTS.inc()
         started = time.monotonic()
@@ -67,31 +76,24 @@ class Poster:
             outcome = Outcome("timeout", f"no answer within {self.timeout:g} s")
         except TargetRefused as exc:
             outcome = Outcome("refused", f"refused: {exc}")
-        except httpcore.TimeoutException:
-            outcome = Outcome("timeout", f"no answer within {self.timeout:g} s")
-        except (httpcore.NetworkError, httpcore.ProtocolError, httpcore.UnsupportedProtocol,
-                httpcore.ConnectionNotAvailable) as exc:
-            outcome = Outcome("connect", f"{type(exc).__name__}: {exc}"[:300])
-        except OSError as exc:
+        except (aiohttp.ClientError, OSError, ValueError) as exc:
+            # ValueError: what aiohttp raises for a response it cannot parse.
             outcome = Outcome("connect", f"{type(exc).__name__}: {exc}"[:300])
         WEBHOOK_LATENCY.observe(time.monotonic() - started)
         if not outcome.ok:
             WEBHOOK_FAILURES.labels(reason=outcome.reason).inc()
         return outcome
 
-    async def _exchange(self, client: httpcore.AsyncConnectionPool, url: str,
+    async def _exchange(self, client: aiohttp.ClientSession, url: str,
                         headers: dict[str, str], body: bytes) -> Outcome:
         target = parse(url)
         address = (await checked_addresses(target, allow_private=self.allow_private))[0]
-        extensions: dict[str, object] = {"timeout": {"connect": self.timeout, "read": self.timeout,
-                                                     "write": self.timeout, "pool": self.timeout}}
-        if target.scheme == "https" and literal(target.host) is None:
-            extensions["sni_hostname"] = target.host
-        sent = [(k.encode(), v.encode()) for k, v in headers.items()]
-        sent += [(b"host", target.host_header.encode()), (b"content-type", b"application/json"),
-                 (b"user-agent", USER_AGENT.encode()), (b"content-length", str(len(body)).encode())]
-        async with client.stream("POST", target.url_for(address), headers=sent, content=body,
-                                 extensions=extensions) as response:
+        sent = {**headers, "Host": target.host_header, "Content-Type": "application/json",
+                "User-Agent": USER_AGENT}
+        sni = target.host if target.scheme == "https" and literal(target.host) is None else None
+        async with client.post(URL(target.url_for(address), encoded=True), data=body,
+                               headers=sent, allow_redirects=False, server_hostname=sni,
+                               ) as response:
             head = await self._read_capped(response)
         if 200 <= response.status < 300:
             return Outcome("ok")
@@ -99,12 +101,13 @@ class Poster:
         text = head[:_ERROR_BODY_CHARS].decode(errors="replace").strip()
         return Outcome("status", f"HTTP {response.status}{note}" + (f": {text}" if text else ""))
 
-    async def _read_capped(self, response: httpcore.Response) -> bytes:
+    async def _read_capped(self, response: aiohttp.ClientResponse) -> bytes:
         """At most ``max_bytes`` of the body: a receiver cannot make us read a
         gigabyte (the connection is closed on the rest)."""
         got = bytearray()
-        async for chunk in response.aiter_stream():
-            got += chunk
-            if len(got) >= self.max_bytes:
+        while len(got) < self.max_bytes:
+            chunk = await response.content.read(self.max_bytes - len(got))
+            if not chunk:
                 break
-        return bytes(got[:self.max_bytes])
+            got += chunk
+        return bytes(got)
