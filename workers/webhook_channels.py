@@ -70,8 +70,9 @@ class Channel(Protocol):
 
     def headers(self, row: Row, item: Item) -> dict[str, str]: ...
 
-    async def delivered(self, key: str, row: Row, item: Item, owner: str,
-                        lease: float) -> Row | None: ...
+    async def delivered(self, key: str, row: Row, items: list[Item], owner: str,
+                        lease: float) -> Row | None:
+        """``items`` (consecutive, in seq order) were taken: one write records them."""
 
     async def failed(self, key: str, owner: str, lease: float, *, error: str, failures: int,
                      breaker: str, opens: int, retry_in: float) -> Row | None: ...
@@ -122,12 +123,15 @@ class AgentWebhooks:
             opened = self._opened[sealed] = self.sealer.open(sealed)
         return opened
 
-    async def delivered(self, key: str, row: Row, item: Item, owner: str,
+    async def delivered(self, key: str, row: Row, items: list[Item], owner: str,
                         lease: float) -> Row | None:
-        fresh = await webhooks_store.delivered(self.pool, key, owner, lease, item.seq)
-        if fresh is not None and fresh["latency"] is not None:
-            E2E_LATENCY.observe(max(fresh["latency"], 0.0))
-        tracing.delivered((traceparent_of(item.body),), "webhook")
+        fresh = await webhooks_store.delivered(self.pool, key, owner, lease, items[0].seq,
+                                               items[-1].seq)
+        if fresh is not None:
+            for latency in fresh["latencies"]:
+                E2E_LATENCY.observe(max(latency, 0.0))
+        if tracing.enabled:
+            tracing.delivered((traceparent_of(item.body) for item in items), "webhook")
         if row["breaker"] == "open" or row["status"] == "inactive":
             await agents_store.set_reachable(self.pool, key, True)
         return fresh
@@ -188,9 +192,9 @@ class TaskPushes:
                                     f"{self.sealer.open(row['auth_credentials'])}")
         return out
 
-    async def delivered(self, key: str, row: Row, item: Item, owner: str,
+    async def delivered(self, key: str, row: Row, items: list[Item], owner: str,
                         lease: float) -> Row | None:
-        return await push_store.succeeded(self.pool, int(key), owner, lease, item.seq)
+        return await push_store.succeeded(self.pool, int(key), owner, lease, items[-1].seq)
 
     async def failed(self, key: str, owner: str, lease: float, **state: Any) -> Row | None:
         return await push_store.failed(self.pool, int(key), owner, lease, **state)

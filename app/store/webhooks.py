@@ -58,34 +58,36 @@ async def delete(conn: Conn, agent_id: str) -> bool:
     return result.endswith(" 1")
 
 
-# A 2xx for event ``seq``, in ONE statement (one commit, one WAL flush per POST):
-# the event's receipt, the agent's acked cursor (what POST /v1/mesh/inbox/ack
-# does, app.store.agents.ack) and the breaker's success. The lane is read from the
-# cursor update's RETURNING, not from the table: the statement's snapshot predates
-# its own updates, and a cursor read from it would send the event again.
+# 2xxs for the events ``first``..``last`` (one lane's run of POSTs, in seq order),
+# in ONE statement (one commit, one WAL flush per run): their receipts, the agent's
+# acked cursor (what POST /v1/mesh/inbox/ack does, app.store.agents.ack) and the
+# breaker's success. The lane is read from the cursor update's RETURNING, not from
+# the table: the statement's snapshot predates its own updates, and a cursor read
+# from it would send the events again.
 _DELIVERED = f"""
 WITH mark AS (
     UPDATE inbox_events SET delivered_at = clock_timestamp()
-    WHERE agent_id = $1 AND seq = $4 AND delivered_at IS NULL
+    WHERE agent_id = $1 AND seq BETWEEN $4 AND $5 AND delivered_at IS NULL
     RETURNING EXTRACT(EPOCH FROM (delivered_at - created_at))::float8 AS latency
 ), a AS (
-    UPDATE agents SET acked_seq = GREATEST(acked_seq, LEAST($4::bigint, inbox_seq))
+    UPDATE agents SET acked_seq = GREATEST(acked_seq, LEAST($5::bigint, inbox_seq))
     WHERE agent_id = $1
     RETURNING agent_id, acked_seq, inbox_seq, inbox_floor, owner_id, kind, status
 )
 UPDATE agent_webhooks r SET {_LEASE}, failures = 0, breaker = 'closed', opens = 0,
     next_attempt_at = now(), last_success_at = now()
 FROM a WHERE {_MINE}
-RETURNING {_LANE}, (SELECT latency FROM mark) AS latency
+RETURNING {_LANE}, ARRAY(SELECT latency FROM mark) AS latencies
 """
 
 
-async def delivered(conn: Conn, agent_id: str, owner: str, lease_seconds: float, seq: int
-                    ) -> asyncpg.Record | None:
-    """Event ``seq`` was taken (a 2xx): receipt, ack and success, renewing the lease.
-    The lane as it now stands (None: the lease was lost; the ack stands), with the
-    event's commit→receipt ``latency`` in seconds when this was its first hand-over."""
-    return await conn.fetchrow(_DELIVERED, agent_id, owner, lease_seconds, seq)
+async def delivered(conn: Conn, agent_id: str, owner: str, lease_seconds: float, first: int,
+                    last: int) -> asyncpg.Record | None:
+    """Events ``first``..``last`` were taken (2xxs): receipts, ack and success,
+    renewing the lease. The lane as it now stands (None: the lease was lost; the
+    ack stands), with ``latencies``: commit→receipt in seconds of each event this
+    was the first hand-over of."""
+    return await conn.fetchrow(_DELIVERED, agent_id, owner, lease_seconds, first, last)
 
 
 async def failed(conn: Conn, agent_id: str, owner: str, lease_seconds: float, *,
