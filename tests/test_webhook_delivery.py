@@ -23,6 +23,7 @@ from standardwebhooks import Webhook
 from app.platform.db import create_pool
 from app.platform.metrics import WEBHOOK_FAILURES
 from app.platform.settings import Settings
+from app.store import webhooks as webhooks_store
 from tests.api_helpers import ok, until
 from tests.support.isolated import isolated_settings
 from tests.support.meshapi import AgentHandle, MeshFactory, OwnerHandle
@@ -255,3 +256,47 @@ async def test_rotation_signs_with_both_secrets_during_the_grace(migrated):
         assert len(last.headers["webhook-signature"].split(" ")) == 2
         Webhook(old).verify(last.body, last.headers)  # a receiver not yet updated
         Webhook(rx.secret).verify(last.body, last.headers)
+
+
+async def test_a_lingering_lane_takes_a_replaced_url_at_once(migrated):
+    """A caught-up lane keeps its lease a moment and re-reads the registration
+    (without a write) when the next event comes: a URL replaced meanwhile gets it."""
+    async with hooked_mesh(migrated, worker_overrides={"webhook_linger_seconds": 30.0}) as h:
+        agent, first = await h.receiver("moved")
+        await h.send(agent, 1)
+        before = await h.inbox_ids(agent)
+        await first.wait_received(len(before))
+        assert ("webhook", agent.agent_id) in h.worker._lanes  # lingering, lease held
+        second = Receiver()
+        await second.start()
+        try:
+            moved = ok(await h.owner.http.put(f"/v1/agents/{agent.agent_id}/webhook",
+                                              json={"url": second.url},
+                                              headers=h.owner.headers))
+            second.secret = moved["secret"]
+            await h.send(agent, 3, tag="after")
+            after = (await h.inbox_ids(agent))[len(before):]
+            await second.wait_received(len(after))
+            assert [(r.seq, r.event_id) for r in second.received] == after
+            assert second.bad_signatures == 0
+            assert len(first.received) == len(before)
+        finally:
+            await second.stop()
+
+
+async def test_peek_reads_a_live_lease_of_its_owner_only(migrated):
+    async with hooked_mesh(migrated) as h:
+        agent = await h.owner.agent("leased")
+        ok(await h.owner.http.put(f"/v1/agents/{agent.agent_id}/webhook",
+                                  json={"url": "http://127.0.0.1:9/hook"},
+                                  headers=h.owner.headers))
+        await h.worker.stop()  # nobody else takes the lease meanwhile
+        claimed = await webhooks_store.claim(h.pool, agent.agent_id, "me", 60.0)
+        assert claimed is not None
+        seen = await webhooks_store.peek(h.pool, agent.agent_id, "me")
+        assert seen is not None and seen["url"] == "http://127.0.0.1:9/hook"
+        assert seen["cursor"] == claimed["cursor"]
+        assert await webhooks_store.peek(h.pool, agent.agent_id, "someone else") is None
+        await h.pool.execute("UPDATE agent_webhooks SET lease_until = now() - interval '1 s' "
+                             "WHERE agent_id = $1", agent.agent_id)
+        assert await webhooks_store.peek(h.pool, agent.agent_id, "me") is None

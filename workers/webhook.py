@@ -226,6 +226,8 @@ class WebhookWorker:
     async def _deliver(self, client: aiohttp.ClientSession, lane: LaneKey,
                        row: asyncpg.Record | None) -> None:
         channel, key = self.channels[lane[0]], lane[1]
+        loop = asyncio.get_running_loop()
+        renewed = loop.time()  # every row-returning write renews the lease
         while row is not None and not self._stopping.is_set():
             wait = float(row["wait_seconds"])
             if wait > 0:
@@ -233,7 +235,7 @@ class WebhookWorker:
                     self._later(lane, wait)  # a cool-down: give the lease up
                     return
                 await self._pause(lane, wait)
-                row = await channel.renew(key, self.name, self._lease)
+                row, renewed = await channel.renew(key, self.name, self._lease), loop.time()
                 continue
             news = self._news.get(lane)
             if news is not None:
@@ -242,9 +244,15 @@ class WebhookWorker:
             if not items:
                 if news is None or not await self._linger(news):
                     return
-                row = await channel.renew(key, self.name, self._lease)
+                if loop.time() - renewed < self._lease / 3:
+                    # The lease has two thirds left: re-read the lane (cursor,
+                    # breaker, a replaced URL or secret) without a commit on the
+                    # way to the next POST; the next ack renews it.
+                    row = await channel.peek(key, self.name)
+                else:
+                    row, renewed = await channel.renew(key, self.name, self._lease), loop.time()
                 continue
-            row = await self._post_all(client, lane, row, items)
+            row, renewed = await self._post_all(client, lane, row, items), loop.time()
 
     async def _linger(self, news: asyncio.Event) -> bool:
         """Caught up: keep the lease and the connection a moment for the next

@@ -64,6 +64,9 @@ class Channel(Protocol):
 
     async def renew(self, key: str, owner: str, lease: float) -> Row | None: ...
 
+    async def peek(self, key: str, owner: str) -> Row | None:
+        """The lane re-read under a live lease, writing nothing."""
+
     async def release(self, key: str, owner: str) -> bool: ...
 
     async def batch(self, key: str, row: Row, limit: int) -> list[Item]: ...
@@ -95,6 +98,9 @@ class AgentWebhooks:
 
     async def renew(self, key: str, owner: str, lease: float) -> Row | None:
         return await webhooks_store.renew(self.pool, key, owner, lease)
+
+    async def peek(self, key: str, owner: str) -> Row | None:
+        return await webhooks_store.peek(self.pool, key, owner)
 
     async def release(self, key: str, owner: str) -> bool:
         return await webhooks_store.release(self.pool, key, owner)
@@ -157,6 +163,9 @@ class TaskPushes:
 
     async def renew(self, key: str, owner: str, lease: float) -> Row | None:
         return await push_store.renew(self.pool, int(key), owner, lease)
+
+    async def peek(self, key: str, owner: str) -> Row | None:
+        return await push_store.peek(self.pool, int(key), owner)
 
     async def release(self, key: str, owner: str) -> bool:
         return await push_store.release(self.pool, int(key), owner)

@@ -48,6 +48,14 @@ class AgentLeases:
             f"UPDATE {self.table} r SET {_LEASE} FROM agents a WHERE {self.mine} "
             f"RETURNING {self.lane}", agent_id, owner, lease_seconds)
 
+    async def peek(self, conn: Conn, agent_id: str, owner: str) -> asyncpg.Record | None:
+        """Re-read the lane under a lease this process holds and that is still
+        live, writing nothing (None: lost, lapsed or deleted): no commit, so no
+        WAL flush, on the way from a wake-up to the next POST."""
+        return await conn.fetchrow(
+            f"SELECT {self.lane} FROM {self.table} r, agents a WHERE {self.mine} "
+            "AND r.lease_until > now()", agent_id, owner)
+
     async def release(self, conn: Conn, agent_id: str, owner: str) -> bool:
         """Give the lease up; True when events are waiting (committed while this
         process was finishing: it takes them on again rather than strand them)."""

@@ -88,6 +88,13 @@ async def renew(conn: Conn, push_id: int, owner: str, lease_seconds: float
         push_id, owner, lease_seconds)
 
 
+async def peek(conn: Conn, push_id: int, owner: str) -> asyncpg.Record | None:
+    """Re-read a config under a live lease this process holds, writing nothing."""
+    return await conn.fetchrow(
+        f"SELECT {_LANE} FROM task_push_configs p WHERE {_MINE} AND p.lease_until > now()",
+        push_id, owner)
+
+
 async def succeeded(conn: Conn, push_id: int, owner: str, lease_seconds: float, seq: int
                     ) -> asyncpg.Record | None:
     """A 2xx for the event ``seq``: the cursor moves past it, the breaker closes."""

@@ -31,6 +31,7 @@ _MINE = LEASES.mine
 _LEASE = LEASES.renewed
 claim = LEASES.claim
 renew = LEASES.renew
+peek = LEASES.peek
 release = LEASES.release
 sweep = LEASES.sweep
 
