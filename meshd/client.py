@@ -352,6 +352,13 @@ class MeshClient:
         """Record that every event up to ``seq`` was processed (monotone)."""
         return await self._call("POST", "/v1/mesh/inbox/ack", json={"seq": int(seq)})
 
+    async def claim(self, seq: int, consumer: str) -> bool:
+        """Claim event ``seq`` before handling it, or renew the claim (False:
+        another reader of this agent, a remote MCP client, took it)."""
+        body = await self._call("POST", "/v1/mesh/inbox/claim",
+                                json={"seq": int(seq), "consumer": consumer})
+        return bool(body.get("claimed"))
+
     async def stream(
         self,
         after: int | None = None,

@@ -47,6 +47,7 @@ class DaemonStats:
     handled: int = 0
     duplicates: int = 0
     gave_up: int = 0
+    taken_elsewhere: int = 0  # claimed first by another reader of the agent
     mode: str = "starting"
 
 

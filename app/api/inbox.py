@@ -1,4 +1,4 @@
-"""Agent side: the inbox read from Postgres (long-poll) and its ack cursor."""
+"""Agent side: the inbox read from Postgres (long-poll), its ack cursor, and a runtime's claims."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from app.domain.schemas import AckBody
-from app.responses import Acked, InboxPage
+from app.domain.schemas import AckBody, ClaimBody
+from app.responses import Acked, Claimed, InboxPage
 from app.services import inbox
 from app.services.principals import Agent
 from app.web.endpoint import endpoint, json, query_param
@@ -42,7 +42,19 @@ async def ack(request: Request, me: Agent) -> Response:
     return json(await inbox.ack(state(request).pool, me, data.seq))
 
 
+@endpoint("Claim the event you are about to handle (a runtime: `mesh daemon`, `mesh agent`): "
+          "`claimed: false` means another reader of this agent (a remote MCP client) took it; "
+          "the claim lapses `MESH_INBOX_CLAIM_SECONDS` after it was made or renewed",
+          body=ClaimBody, response=Claimed, auth="agent", tag="inbox")
+async def claim(request: Request, me: Agent) -> Response:
+    data = await body(request, ClaimBody)
+    s = state(request)
+    return json(await inbox.claim_event(s.pool, me, data.seq, data.consumer,
+                                        s.settings.inbox_claim_seconds))
+
+
 routes = [
     Route("/v1/mesh/inbox", read, methods=["GET"]),
     Route("/v1/mesh/inbox/ack", ack, methods=["POST"]),
+    Route("/v1/mesh/inbox/claim", claim, methods=["POST"]),
 ]

@@ -204,6 +204,12 @@ class AckBody(Strict):
         return value
 
 
+class ClaimBody(AckBody):
+    # The runtime's own id, kept in its state folder: a retry or a renewal of its
+    # claim after a restart is recognised as its own.
+    consumer: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.:-]{1,64}$")]
+
+
 # --- teams ---------------------------------------------------------
 
 class GroupMessageIn(Strict):

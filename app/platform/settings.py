@@ -91,6 +91,10 @@ class Settings(BaseSettings):
     # notice delays an answer by at most this, it never loses it).
     longpoll_recheck_seconds: float = 5.0
     inbox_page_max: int = 500
+    # A runtime's claim on the event it handles lapses this long after its last
+    # renewal (the runtime renews it with each heartbeat); after that a remote MCP
+    # client of the agent may take the event (ADR 050).
+    inbox_claim_seconds: float = Field(default=120.0, gt=0.0, le=3600.0)
     # A2A SendMessage waits this long for the task to settle (terminal,
     # input-required, auth-required) unless the caller asks returnImmediately;
     # 0 answers at once (ADR 036).

@@ -37,7 +37,7 @@ from app.responses.admin import (
     RetriedOne,
 )
 from app.responses.base import Json, Out, Parts, Timestamp
-from app.responses.inbox import Acked, InboxEvent, InboxPage
+from app.responses.inbox import Acked, Claimed, InboxEvent, InboxPage
 from app.responses.publications import PublicationOut, PublicationPage
 from app.responses.social import (
     Friend,
@@ -88,6 +88,7 @@ __all__ = [
     "ArtifactOut",
     "BroadcastOut",
     "BroadcastRecipient",
+    "Claimed",
     "ContextTimeline",
     "DeadLetter",
     "DeadLetterEnvelope",

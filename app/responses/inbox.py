@@ -26,3 +26,8 @@ class InboxPage(Out):
 class Acked(Out):
     acked_seq: int
     inbox_seq: int
+
+
+class Claimed(Out):
+    seq: int
+    claimed: bool

@@ -212,6 +212,13 @@ async def ack(pool: asyncpg.Pool, me: Agent, seq: int) -> dict[str, Any]:
     return {"acked_seq": row["acked_seq"], "inbox_seq": row["inbox_seq"]}
 
 
+async def claim_event(pool: asyncpg.Pool, me: Agent, seq: int, consumer: str,
+                      seconds: float) -> dict[str, Any]:
+    """A runtime's claim on the event it is about to handle (ADR 050)."""
+    claimed = await agents_store.claim_event(pool, me.agent_id, seq, consumer, seconds)
+    return {"seq": seq, "claimed": claimed}
+
+
 async def claim(pool: asyncpg.Pool, hub: InboxHub, me: Agent, *, limit: int, wait: float,
                 recheck: float, receipts: ReceiptBatcher | None = None) -> list[WireEvent]:
     """The events after the acked cursor, acked as they are handed over: for a client

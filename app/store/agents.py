@@ -106,6 +106,32 @@ async def ack(conn: Conn, agent_id: str, seq: int) -> asyncpg.Record | None:
         "WHERE agent_id = $1 RETURNING acked_seq, inbox_seq", agent_id, seq)
 
 
+# A runtime claims the event it is about to handle (ADR 050). It gets it when it
+# holds it already (a retry after a restart, a renewal during a long run), or when
+# nobody took it yet: past the acked cursor, and no other runtime's live claim on
+# an event still unacked. A remote MCP client's take (app.store.inbox.claim) ends
+# a lapsed claim, so a runtime back from a long absence does not handle twice
+# what that client took.
+_CLAIM_EVENT = """
+UPDATE agents SET claim_owner = $3,
+    claim_seq = GREATEST(CASE WHEN claim_owner = $3 THEN claim_seq ELSE 0 END, $2),
+    claim_until = now() + make_interval(secs => $4)
+WHERE agent_id = $1 AND $2 <= inbox_seq AND (
+    (claim_owner = $3 AND claim_seq >= $2)
+    OR (GREATEST(acked_seq, inbox_floor) < $2
+        AND (claim_owner IS NULL OR claim_owner = $3 OR claim_until <= now()
+             OR claim_seq <= acked_seq)))
+RETURNING acked_seq
+"""
+
+
+async def claim_event(conn: Conn, agent_id: str, seq: int, consumer: str,
+                      seconds: float) -> bool:
+    """Claim (or renew the claim on) event ``seq`` for the runtime ``consumer``
+    for ``seconds``; False: another reader took it, or another runtime holds one."""
+    return await conn.fetchrow(_CLAIM_EVENT, agent_id, seq, consumer, seconds) is not None
+
+
 async def set_reachable(conn: Conn, agent_id: str, reachable: bool) -> None:
     """Presence from outbound delivery: a webhook's 2xx (ADR 035) or an A2A
     remote's answer (ADR 041) makes the agent ``active``, an opened breaker or an

@@ -126,12 +126,22 @@ async def newest_seqs(conn: Conn, agent_ids: list[str]) -> dict[str, int]:
 async def claim(pool: asyncpg.Pool, agent_id: str, limit: int) -> list[WireEvent] | None:
     """Hand over the events after the acked cursor and ack them, in one transaction
     that holds the agent's row: two readers claiming at once get disjoint events (the
-    second waits for the first, then reads after what it acked). None: no such agent."""
+    second waits for the first, then reads after what it acked). While a runtime of
+    the agent holds a live claim on an unacked event (app.store.agents.claim_event)
+    the events are its own and nothing is handed over; a lapsed claim is ended and
+    its event handed over. None: no such agent."""
     async with pool.acquire() as conn, conn.transaction():
         row = await conn.fetchrow(
-            "SELECT acked_seq FROM agents WHERE agent_id = $1 FOR UPDATE", agent_id)
+            "SELECT acked_seq, claim_seq > acked_seq AS in_flight, "
+            "COALESCE(claim_until > now(), false) AS live "
+            "FROM agents WHERE agent_id = $1 FOR UPDATE", agent_id)
         if row is None:
             return None
+        if row["in_flight"]:
+            if row["live"]:
+                return []
+            await conn.execute("UPDATE agents SET claim_owner = NULL, claim_seq = 0, "
+                               "claim_until = NULL WHERE agent_id = $1", agent_id)
         events = await after(conn, agent_id, int(row["acked_seq"]), limit)
         if events:
             await conn.execute(

@@ -3,10 +3,13 @@
 The parts: :mod:`meshd.daemon.feed` receives (SSE, long-poll fallback); this module
 keeps order and dedup, owns the life cycle (start, presence, token renewal,
 acks, shutdown) and the state file; :mod:`meshd.daemon.retries` runs the handler and
-posts what it produced. Only after the handler succeeded is the event recorded
-(cursor + dedup window, written atomically) and then acked to the gateway. A
-handler that keeps failing is given up after ``attempts``: the task it served
-is set ``failed`` with the error, and the inbox moves on.
+posts what it produced. Before the handler runs, the event is claimed at the
+gateway (renewed with each heartbeat while it runs), so a remote MCP client of the
+same agent never takes it meanwhile; one such a client took first is skipped
+(ADR 050). Only after the handler succeeded is the event recorded (cursor +
+dedup window, written atomically) and then acked to the gateway. A handler that
+keeps failing is given up after ``attempts``: the task it served is set
+``failed`` with the error, and the inbox moves on.
 
 SIGTERM/SIGINT: no new event is started; while the running handler may still
 finish (``shutdown_grace``) the agent is ``draining`` (``DELETE /v1/mesh/online``);
@@ -27,6 +30,7 @@ from meshd import tracing
 from meshd.backoff import Backoff
 from meshd.client import MeshClient
 from meshd.config import state_root
+from meshd.daemon.claims import Claims
 from meshd.daemon.feed import InboxFeed
 from meshd.daemon.handlers import Handler, HandlerError
 from meshd.daemon.retries import Outbox, fail_action, reply_action, run_with_retries
@@ -60,6 +64,7 @@ class Daemon:
         self._acked: int | None = None
         self._ack_wanted: int | None = None
         self._ack_signal = asyncio.Event()
+        self.claims: Claims | None = None
 
     # -- control -------------------------------------------------------------
     @property
@@ -126,6 +131,7 @@ class Daemon:
             log.info("resuming after seq %d (state %s)", state.cursor, state.path)
         state.save()
         self._outbox = Outbox(self.client, state, self.agent_id, self.opt, self._stop)
+        self.claims = Claims(self.client, state.consumer, self.opt, self._stop)
         # Under the state lock: only this runtime closes the runs its predecessor left open.
         self.reports = RunReports(folder, self.agent_id)
         await self.reports.recover(self.client)
@@ -223,6 +229,8 @@ class Daemon:
                 await self.client.heartbeat()
             except MeshError as e:
                 log.warning("heartbeat failed: %s", e)
+            if self.claims is not None:
+                await self.claims.renew()
             await asyncio.sleep(self.opt.heartbeat_interval)
 
     async def _token_loop(self) -> None:
@@ -304,6 +312,15 @@ class Daemon:
             state.save()
             self._ack(event.seq)
             return
+        assert self.claims is not None
+        if not await self.claims.take(event.seq):
+            # A remote MCP client of this agent took it first: it is that client's.
+            self.stats.taken_elsewhere += 1
+            log.info("seq %d (%s) was taken by another reader of this agent; skipped",
+                     event.seq, event.type)
+            state.record(event.seq, event.event_id)
+            state.save()
+            return
         await self._handle(event)
 
     async def _fill_gap(self, upto: int) -> None:
@@ -364,4 +381,6 @@ class Daemon:
                 await self._outbox.flush()
                 self._ack(event.seq)
         finally:
+            if self.claims is not None:
+                self.claims.done()
             self._idle.set()

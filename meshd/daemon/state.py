@@ -1,10 +1,11 @@
 """The daemon's persisted progress: cursor and dedup window.
 
 ``state.json`` in the agent's state folder holds the last seq whose handler
-succeeded (``cursor``), the ids of the last N handled events (``handled``), and
-the replies a succeeded handler produced that are not yet confirmed stored by
-the gateway (``pending``) — so a crash after the handler never re-runs it, and
-never loses its reply either.
+succeeded (``cursor``), the ids of the last N handled events (``handled``), the
+replies a succeeded handler produced that are not yet confirmed stored by the
+gateway (``pending``) — so a crash after the handler never re-runs it, and
+never loses its reply either — and the runtime's own id (``consumer``), which
+names its claims on events at the gateway across restarts.
 It is replaced atomically — written to a temp file in the same folder, fsynced,
 renamed over the old one, and the folder fsynced — so a crash at any instant
 leaves either the old or the new state, never a torn one.
@@ -17,6 +18,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import uuid
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any
@@ -67,6 +69,7 @@ class DaemonState:
         self.handled = DedupWindow(window)
         self.agent_id: str | None = None
         self.pending: list[dict[str, Any]] = []
+        self.consumer = f"meshd-{uuid.uuid4().hex}"
         self._lock_fd: int | None = None
 
     # -- lock ----------------------------------------------------------------
@@ -105,6 +108,7 @@ class DaemonState:
         self.agent_id = data.get("agent_id")
         self.handled = DedupWindow(self.handled.size, list(data.get("handled") or []))
         self.pending = list(data.get("pending") or [])
+        self.consumer = data.get("consumer") or self.consumer
         return self
 
     def save(self) -> None:
@@ -117,6 +121,7 @@ class DaemonState:
                 "cursor": self.cursor,
                 "handled": self.handled.ids(),
                 "pending": self.pending,
+                "consumer": self.consumer,
             },
         )
 
