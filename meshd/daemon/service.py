@@ -183,9 +183,11 @@ class Daemon:
             await self._go_offline()
             self.state.save()
             log.info(
-                "stopped: %d handled, %d duplicates skipped, %d gave up; cursor %s",
+                "stopped: %d handled, %d duplicates skipped, %d taken by other readers, "
+                "%d gave up; cursor %s",
                 self.stats.handled,
                 self.stats.duplicates,
+                self.stats.taken_elsewhere,
                 self.stats.gave_up,
                 self.state.cursor,
             )
