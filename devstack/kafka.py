@@ -14,7 +14,7 @@ import shutil
 import subprocess
 import tempfile
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from devstack.process import ServiceProcess
@@ -94,15 +94,25 @@ def _cluster_id() -> str:
     return "A" + base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")[1:]
 
 
+# The broker's JVM options, under the names Kafka's own start scripts read. The
+# defaults suit a small machine that starts brokers often (tests, `make run`): a
+# serial collector (no GC threads competing for two cores) and the C1 compiler only
+# (a short warm-up); a long-running broker may set KAFKA_JVM_PERFORMANCE_OPTS.
+HEAP_OPTS = "-Xms256m -Xmx768m"
+JVM_PERFORMANCE_OPTS = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1"
+
+
 class Kafka(ServiceProcess):
     name = "kafka"
 
     def __init__(self, data_dir: Path, port: int, controller_port: int,
-                 heap: str = "-Xms256m -Xmx768m", jmx_port: int | None = None) -> None:
+                 jmx_port: int | None = None, env: Mapping[str, str] | None = None) -> None:
         super().__init__(port, data_dir.parent / "kafka.log")
         self.data_dir = data_dir
         self.controller_port = controller_port
-        self.heap = heap
+        env = env if env is not None else os.environ
+        self.jvm_options = [*(env.get("KAFKA_HEAP_OPTS") or HEAP_OPTS).split(),
+                            *(env.get("KAFKA_JVM_PERFORMANCE_OPTS") or JVM_PERFORMANCE_OPTS).split()]
         # A JMX port on 127.0.0.1 (no auth): only the bench opens one, to read the
         # broker's request counters (ADR 024).
         self.jmx_port = jmx_port
@@ -170,7 +180,7 @@ class Kafka(ServiceProcess):
     def command(self) -> Sequence[str]:
         assert self.libs is not None
         return [
-            "java", *self.heap.split(), "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+            "java", *self.jvm_options,
             *self.jmx_options(),
             f"-Dlog4j2.configurationFile={self.data_dir / 'log4j2.properties'}",
             "-cp", f"{self.libs}/*", "kafka.Kafka", str(self.config_path),

@@ -152,7 +152,7 @@ class Stack:
         if plan.fallback is not None:
             return plan.fallback
         kafka = Kafka(self.root / "kafka", self.ports.kafka, self.ports.kafka_controller,
-                      jmx_port=self.kafka_jmx_port)
+                      jmx_port=self.kafka_jmx_port, env=self.env)
         self.kafka = kafka
         try:
             kafka.start()
