@@ -13,6 +13,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from app.domain.schemas import TaskCreate
+from app.platform.db import create_pool
 from app.platform.errors import Problem
 from app.platform.settings import Settings
 from app.services import accounts, task_creation
@@ -192,3 +193,32 @@ async def test_a_message_records_its_seq_and_moves_the_task(
     assert stored["created_at"] == reply.created_at
     assert await db.fetchval("SELECT updated_at FROM tasks WHERE task_id = $1",
                              task.task_id) > touched_before
+
+
+async def test_the_create_keeps_one_generic_plan_that_probes_indexes(
+        mesh: MeshFactory, migrated: Settings, plain: Mesh) -> None:
+    """The plan cache keeps one plan for the create (ADR 051) instead of planning
+    each call anew, and that plan reads no table whole, so it does not grow
+    dearer with the tables. One connection, so the prepared statement is one."""
+    a, b = await mesh.pair()
+    me = await accounts.resolve(plain.pool, migrated, a.token)
+    pool = await create_pool(migrated, min_size=1, max_size=1)
+    try:
+        one = dataclasses.replace(plain, pool=pool)
+        for i in range(12):
+            _, created = await task_creation.create_task(
+                one, me, _create(b.agent_id, f"n{i}", context_id=f"plan-{a.key_id[:8]}"))
+            assert created
+        async with pool.acquire() as conn:
+            # (This query is a prepared statement too, and names the function.)
+            row = await conn.fetchrow(
+                "SELECT name, generic_plans, custom_plans FROM pg_prepared_statements "
+                "WHERE statement LIKE '%task_create_rows(%' "
+                "AND statement NOT LIKE '%pg_prepared_statements%'")
+            assert row is not None
+            assert row["generic_plans"] >= 6 and row["custom_plans"] <= 5, dict(row)
+            plan = "\n".join(r[0] for r in await conn.fetch(
+                f"EXPLAIN EXECUTE {row['name']}({', '.join(['NULL'] * 15)})"))
+        assert "Seq Scan" not in plan, plan
+    finally:
+        await pool.close()

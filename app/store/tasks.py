@@ -66,11 +66,12 @@ MESSAGE_ID_TAKEN = "task_messages_pkey"
 
 _CREATE_SQL = f"""
 WITH req AS (
-    SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[],
-                         $6::text[], $7::jsonb[], $8::text[], $9::timestamptz[], $10::text[],
-                         $11::text[], $12::jsonb[], $15::text[]) WITH ORDINALITY
-        AS r(task_id, context_id, initiator, serving_agent, message_id, parts, metadata,
-             content_hash, created_at, event_id, type, payload, traceparent, ord)
+    -- unnest WITH ORDINALITY behind a function the planner counts as one row, so
+    -- the plan cache keeps one plan for every create (migration 021, ADR 051).
+    SELECT * FROM task_create_rows($1::text[], $2::text[], $3::text[], $4::text[],
+                                   $5::text[], $6::text[], $7::jsonb[], $8::text[],
+                                   $9::timestamptz[], $10::text[], $11::text[], $12::jsonb[],
+                                   $15::text[])
 ), allowed AS (
     -- A context with tasks is its participants' (ADR 030): a create naming it is
     -- written only for one of them; a context nobody has used yet is free.
