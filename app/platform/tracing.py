@@ -40,6 +40,11 @@ _TRACER = trace.get_tracer("agent-mesh")
 
 enabled = False
 exporters_created = 0  # tests count it: none while tracing is off
+# Whether a span's parent decides it (the SDK's parent-based samplers, its default):
+# then a message whose stored traceparent says "not sampled" gets no span at all
+# here, rather than the SDK's non-recording one, which costs a worker about as much
+# per message as the work it wraps (ADR 052).
+_parent_decides = True
 
 
 def setup(process: str) -> bool:
@@ -53,6 +58,9 @@ def setup(process: str) -> bool:
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
+    global _parent_decides
+    sampler = os.environ.get("OTEL_TRACES_SAMPLER", "parentbased_always_on").strip().lower()
+    _parent_decides = sampler.startswith("parentbased_")
     name = os.environ.get("OTEL_SERVICE_NAME") or f"{SERVICE_PREFIX}{process}"
     provider = TracerProvider(resource=Resource.create({"service.name": name}))
     provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
@@ -81,6 +89,22 @@ def parent_from(traceparent: str | None) -> otel_context.Context | None:
     return ctx if trace.get_current_span(ctx).get_span_context().is_valid else None
 
 
+def sampled(traceparent: str) -> bool:
+    """Whether a ``traceparent``'s flags (its last two hex digits) mark it sampled."""
+    try:
+        return bool(int(traceparent[-2:], 16) & 1)
+    except ValueError:
+        return False
+
+
+def _spanned(traceparent: str | None) -> bool:
+    """Whether a message with this stored ``traceparent`` gets spans: it has one,
+    and its sampling decision is sampled (or the sampler does not follow parents)."""
+    if not traceparent:
+        return False
+    return not _parent_decides or sampled(traceparent)
+
+
 def current_traceparent() -> str | None:
     """The ``traceparent`` of the current span, to store with a write; None off."""
     if not enabled:
@@ -100,6 +124,12 @@ def span(name: str, *, traceparent: str | None = None, kind: SpanKind = SpanKind
     if not enabled:
         yield None
         return
+    if traceparent is None and _parent_decides:
+        # A child of an unsampled span would be dropped by the sampler anyway.
+        current = trace.get_current_span().get_span_context()
+        if current.is_valid and not current.trace_flags.sampled:
+            yield None
+            return
     parent = parent_from(traceparent)
     linked = [Link(ctx) for ctx in (_span_context(tp) for tp in links) if ctx is not None]
     with _TRACER.start_as_current_span(name, context=parent, kind=kind,
@@ -139,7 +169,7 @@ def batch(name: str, traceparents: Iterable[str | None], *,
     if not enabled:
         yield
         return
-    traced = [tp for tp in traceparents if tp]
+    traced = [tp for tp in traceparents if _spanned(tp)]
     attrs = {"mesh.batch_size": len(traced), **(attributes or {})}
     if not traced:  # nothing traced in it: no span, and no trace of its own
         yield
@@ -169,7 +199,7 @@ def delivered(traceparents: Iterable[str | None], how: str) -> None:
     if not enabled:
         return
     for tp in traceparents:
-        parent = parent_from(tp)
+        parent = parent_from(tp) if _spanned(tp) else None
         if parent is not None:
             _TRACER.start_span("mesh.deliver", context=parent, kind=SpanKind.PRODUCER,
                                attributes={"mesh.delivery": how}).end()
