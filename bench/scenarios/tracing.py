@@ -1,11 +1,12 @@
-"""Scenario 8: what tracing costs a send (ADR 042).
+"""Scenario 8: what tracing costs a send (ADR 042, ADR 052).
 
 The latency scenario's open loop (``bench.scenarios.latency.run``, its CPU
-meter) three times in one sitting: tracing off (the normal processes), on
+meter) four times in one sitting: tracing off (the normal processes), on
 (web, outbox and push restarted with ``OTEL_EXPORTER_OTLP_ENDPOINT`` pointing
-at a Jaeger this scenario starts, every trace sampled), and off again (the
-processes restarted without it), so drift of the shared machine shows as the
-difference between the two off runs. Jaeger runs during all three, so the
+at a Jaeger this scenario starts, every trace sampled), on with one trace in
+ten sampled (``parentbased_traceidratio``, 0.1: what a busy deployment runs),
+and off again (the processes restarted without it), so drift of the shared
+machine shows as the difference between the two off runs. Jaeger runs during all three, so the
 neighbours are the same; its own CPU is metered in the traced run but is not
 the pipeline's (a deployment's collector runs elsewhere).
 
@@ -44,13 +45,29 @@ HOPS = frozenset({(WEB_SERVICE, "mesh.send"), ("agent-mesh-outbox", "mesh.relay"
                   ("agent-mesh-push", "mesh.push"), (WEB_SERVICE, "mesh.deliver")})
 SAMPLE = 20
 JAEGER = "jaeger"
+RATIO = 0.1  # the sampled run's share of traces
 
 
-def otel_env(endpoint: str) -> dict[str, str]:
-    """The environment a traced process gets: export to ``endpoint`` every 200 ms,
-    sample every trace that has no sampled parent (all of the bench's sends)."""
-    return {"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint, "OTEL_BSP_SCHEDULE_DELAY": "200",
-            "OTEL_TRACES_SAMPLER": "parentbased_always_on"}
+def otel_env(endpoint: str, ratio: float | None = None) -> dict[str, str]:
+    """The environment a traced process gets: export to ``endpoint`` every 200 ms;
+    sample every trace that has no parent (all of the bench's sends), or with
+    ``ratio`` that share of them."""
+    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint, "OTEL_BSP_SCHEDULE_DELAY": "200",
+           "OTEL_TRACES_SAMPLER": "parentbased_always_on"}
+    if ratio is not None:
+        env |= {"OTEL_TRACES_SAMPLER": "parentbased_traceidratio",
+                "OTEL_TRACES_SAMPLER_ARG": str(ratio)}
+    return env
+
+
+def sampled(traceparent: str | None) -> bool:
+    """Whether a stored ``traceparent`` says its trace was sampled (flags bit 0)."""
+    if trace_id_of(traceparent) is None:
+        return False
+    try:
+        return bool(int((traceparent or "")[-2:], 16) & 1)
+    except ValueError:
+        return False
 
 
 def trace_id_of(traceparent: str | None) -> str | None:
@@ -83,20 +100,31 @@ def cpu_ms_per_send(cpu: Interval, n: int, names: Iterable[str]) -> float:
 
 
 @dataclass
-class TracingRuns:
-    off: latency.LatencyRun
-    on: latency.LatencyRun
-    off_again: latency.LatencyRun
-    traces: int = 0                 # mesh.send traces Jaeger holds for the traced run
-    traced_rows: int = 0            # the traced run's inbox rows with a traceparent
-    rows: int = 0                   # the traced run's inbox rows
-    sample: list[str] = field(default_factory=list)     # trace ids looked up
+class Traced:
+    """What Jaeger holds for one traced run, checked against the stored rows."""
+
+    traces: int = 0                 # mesh.send traces Jaeger holds for the run's window
+    traced_rows: int = 0            # the run's inbox rows with a traceparent
+    sampled_rows: int = 0           # of them: marked sampled
+    rows: int = 0                   # the run's inbox rows
+    sample: list[str] = field(default_factory=list)     # sampled trace ids looked up
     complete: int = 0               # of them: a span from every hop
     missing_hops: set[tuple[str, str]] = field(default_factory=set)
 
+
+@dataclass
+class TracingRuns:
+    off: latency.LatencyRun
+    on: latency.LatencyRun
+    sampled: latency.LatencyRun
+    off_again: latency.LatencyRun
+    on_check: Traced
+    sampled_check: Traced
+
     @property
     def runs(self) -> tuple[tuple[str, latency.LatencyRun], ...]:
-        return (("off", self.off), ("on", self.on), ("off again", self.off_again))
+        return (("off", self.off), ("on", self.on), (f"on, {RATIO:g} sampled", self.sampled),
+                ("off again", self.off_again))
 
 
 def _get_json(url: str) -> dict[str, Any]:
@@ -142,7 +170,7 @@ async def _traceparents(database_url: str, after: dict[str, int]) -> list[str | 
     return [r["traceparent"] for r in rows]
 
 
-async def _check_sample(jaeger: Jaeger, ids: list[str], out: TracingRuns,
+async def _check_sample(jaeger: Jaeger, ids: list[str], out: Traced,
                         timeout: float = 20.0) -> None:
     """Look each sampled trace up until it has every hop (or the deadline passes)."""
     deadline = time.monotonic() + timeout
@@ -189,6 +217,19 @@ async def _one(env: Env, topo: Topology, cast: Cast, *, rate: float, seconds: fl
         client.close()
 
 
+async def _check(env: Env, jaeger: Jaeger, window: _Window) -> Traced:
+    """Jaeger's traces of a traced run: one per sampled send, each crossing every hop."""
+    stored = await _traceparents(env.settings.database_url, window.after)
+    ids = [trace_id_of(tp) for tp in stored if sampled(tp)]
+    out = Traced(rows=len(stored), traced_rows=sum(trace_id_of(tp) is not None for tp in stored),
+                 sampled_rows=len(ids))
+    out.traces = await _settled_count(jaeger, window.t0, window.t1, len(ids))
+    step = max(1, len(ids) // SAMPLE)
+    out.sample = [i for i in ids[::step][:SAMPLE] if i is not None]
+    await _check_sample(jaeger, out.sample, out)
+    return out
+
+
 async def run(env: Env, topo: Topology, cast: Cast, *, rate: float,
               seconds: float) -> TracingRuns:
     jaeger = Jaeger(env.root / "jaeger" / "data", free_port())
@@ -198,21 +239,17 @@ async def run(env: Env, topo: Topology, cast: Cast, *, rate: float,
         assert jaeger.proc is not None
         meter_jaeger = {JAEGER: jaeger.proc.pid}
         off = await _one(env, topo, cast, rate=rate, seconds=seconds, extra=meter_jaeger)
-        await _restart(env, topo, otel_env(jaeger.otlp_endpoint))
-        traced = True
-        on = await _one(env, topo, cast, rate=rate, seconds=seconds, extra=meter_jaeger)
-        stored = await _traceparents(env.settings.database_url, on.after)
-        ids = [i for i in (trace_id_of(tp) for tp in stored) if i is not None]
-        out = TracingRuns(off.run, on.run, off.run, rows=len(stored), traced_rows=len(ids))
-        out.traces = await _settled_count(jaeger, on.t0, on.t1, on.run.accepted)
-        step = max(1, len(ids) // SAMPLE)
-        out.sample = ids[::step][:SAMPLE]
-        await _check_sample(jaeger, out.sample, out)
+        traced_runs: list[tuple[_Window, Traced]] = []
+        for ratio in (None, RATIO):
+            await _restart(env, topo, otel_env(jaeger.otlp_endpoint, ratio))
+            traced = True
+            window = await _one(env, topo, cast, rate=rate, seconds=seconds, extra=meter_jaeger)
+            traced_runs.append((window, await _check(env, jaeger, window)))
         await _restart(env, topo, None)
         traced = False
         again = await _one(env, topo, cast, rate=rate, seconds=seconds, extra=meter_jaeger)
-        out.off_again = again.run
-        return out
+        (on, on_check), (some, some_check) = traced_runs
+        return TracingRuns(off.run, on.run, some.run, again.run, on_check, some_check)
     finally:
         if traced:
             await _restart(env, topo, None)

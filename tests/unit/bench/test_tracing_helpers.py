@@ -11,6 +11,7 @@ from bench.scenarios.tracing import (
     hops_of,
     on_over_off,
     otel_env,
+    sampled,
     trace_id_of,
     trace_ids,
 )
@@ -52,3 +53,14 @@ def test_every_send_is_sampled_and_exported_quickly() -> None:
     assert env == {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318",
                    "OTEL_BSP_SCHEDULE_DELAY": "200",
                    "OTEL_TRACES_SAMPLER": "parentbased_always_on"}
+
+
+def test_the_sampled_run_asks_the_sdk_for_a_share_of_new_traces() -> None:
+    env = otel_env("http://127.0.0.1:4318", 0.1)
+    assert env["OTEL_TRACES_SAMPLER"] == "parentbased_traceidratio"
+    assert env["OTEL_TRACES_SAMPLER_ARG"] == "0.1"
+
+
+def test_a_stored_traceparent_is_sampled_by_its_flags() -> None:
+    assert sampled(TP) and not sampled(TP[:-2] + "00")
+    assert not sampled(None) and not sampled("00-abc-00f067aa0ba902b7-01")
