@@ -82,7 +82,7 @@ async def s_tracing(env: Env, ctx: dict, plan: Plan) -> Section:  # type: ignore
              f"{plan.latency_seconds:g} s, a 2 s warm-up before each run) three times in one "
              "sitting: tracing **off** (the normal processes), **on** (web, outbox and push "
              "restarted with `OTEL_EXPORTER_OTLP_ENDPOINT` at a Jaeger started for this "
-             "scenario, `OTEL_BSP_SCHEDULE_DELAY=200`, `OTEL_TRACES_SAMPLER="
+             "scenario, the SDK's export schedule, `OTEL_TRACES_SAMPLER="
              "parentbased_always_on`), **on** with `OTEL_TRACES_SAMPLER=parentbased_traceidratio`"
              f" and `OTEL_TRACES_SAMPLER_ARG={tracing.RATIO:g}`, then **off again** (restarted "
              "without it). Sends carry no `traceparent`, so each send starts its own trace; "
