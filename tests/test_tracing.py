@@ -133,6 +133,46 @@ async def test_a_message_and_its_reply_are_one_trace_across_the_processes(
             proc.stop_quietly()
 
 
+async def test_a_message_its_sampler_dropped_travels_with_its_trace_but_leaves_no_span(
+        migrated: Settings, jaeger: Jaeger) -> None:
+    """A sender's unsampled traceparent (flags 00) is kept with the message — the
+    recipient sees its trace id — but no process exports a span for it. A sampled
+    message sent right after it is the marker: each process exports in order, so
+    once its spans are all in Jaeger, any of the first one's would be too."""
+    iso = await isolated_settings(migrated)
+    env = _otel(jaeger)
+    procs = [MeshProcess(kind, iso, os_env=env) for kind in ("web", "outbox", "push")]
+    for proc in procs:
+        await proc.start()
+    try:
+        async with MeshFactory.connect(procs[0].url) as mesh:
+            a, b = await mesh.pair()
+            dropped, marker = secrets.token_hex(16), secrets.token_hex(16)
+            for trace_id, flags in ((dropped, "00"), (marker, "01")):
+                ok(await a.http.post("/v1/mesh/tasks", json={
+                    "to_agent_id": b.agent_id, "message": text_message(flags)},
+                    headers={**a.headers,
+                             "traceparent": f"00-{trace_id}-{secrets.token_hex(8)}-{flags}"}),
+                   201)
+            events: list[dict] = []
+            after = 0
+            async with asyncio.timeout(60):
+                while len(events) < 2:
+                    page = await b.inbox(wait=5, after=after)
+                    events += [e for e in page["events"] if e["type"] == "task.created"]
+                    after = page["events"][-1]["seq"] if page["events"] else after
+        carried = [e.get("traceparent", "").split("-") for e in events]
+        assert [(parts[1], parts[3]) for parts in carried] == [(dropped, "00"), (marker, "01")]
+        await _spans(jaeger, marker, {("agent-mesh-web", "mesh.send"),
+                                      ("agent-mesh-outbox", "mesh.relay"),
+                                      ("agent-mesh-push", "mesh.push"),
+                                      ("agent-mesh-web", "mesh.deliver")})
+        assert await asyncio.to_thread(jaeger.trace, dropped) == []
+    finally:
+        for proc in procs:
+            proc.stop_quietly()
+
+
 async def test_a2a_in_nats_between_webhook_and_long_poll_out_is_one_trace(
         migrated: Settings, jaeger: Jaeger) -> None:
     """The other edges: a task sent over A2A (JSON-RPC, traceparent header), the NATS
