@@ -18,11 +18,13 @@ Run: ``python -m workers.a2a_bridge`` (the Procfile ``a2a-bridge`` process).
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 
 import asyncpg
 import redis.asyncio as aioredis
 
 from app.delivery.after_commit import AfterCommit
+from app.delivery.protocol import Notice
 from app.domain.event_wire import WireEvent
 from app.platform.metrics import A2A_FORWARDED, A2A_UNREACHABLE
 from app.platform.retry import Schedule
@@ -34,7 +36,7 @@ from app.store import inbox as inbox_store
 from workers import runtime
 from workers.a2a_forward import Forwarder
 from workers.a2a_remote import Remote, RemoteDown, refresh_card, remote_of
-from workers.lanes import LaneWorker
+from workers.lanes import SWEEP_LIMIT, LaneWorker
 
 log = logging.getLogger("mesh.a2a_bridge")
 
@@ -42,22 +44,44 @@ BATCH = 100
 READY = "a2a bridge started"
 
 
-class BridgeWorker(LaneWorker):
+class BridgeWorker(LaneWorker[str]):
+    """One lane per remote agent, named by its agent id."""
+
     label = "a2a-bridge"
     log = log
 
     def __init__(self, settings: Settings, pool: asyncpg.Pool, redis: aioredis.Redis,
                  wakeup: AfterCommit | None = None) -> None:
-        super().__init__(settings, pool, store.LEASES,
+        super().__init__(settings, pool,
                          lease_seconds=settings.a2a_bridge_lease_seconds,
                          sweep_seconds=settings.a2a_bridge_sweep_seconds,
                          retry=Schedule(base=settings.a2a_bridge_retry_base_seconds,
                                         cap=max(settings.a2a_bridge_retry_cap_seconds,
                                                 settings.a2a_bridge_retry_base_seconds)))
+        self.leases = store.LEASES
         self.wakeup = wakeup
         self.forwarder = Forwarder(settings, pool, Mesh(pool, settings, redis, wakeup=wakeup),
                                    self._stopping)
         self.forwarded = 0
+
+    # --- the lanes ------------------------------------------------------------------
+
+    async def sweep_lanes(self) -> Iterable[tuple[str, str, bool]]:
+        rows = await self.leases.sweep(self.pool, SWEEP_LIMIT)
+        return [(r["agent_id"], r["agent_id"], bool(r["due"])) for r in rows]
+
+    def registration(self, notice: Notice) -> None:
+        if notice.webhook:  # an A2A remote registered or changed
+            self.register(notice.agent_id, notice.agent_id)
+
+    async def claim(self, lane: str) -> asyncpg.Record | None:
+        return await self.leases.claim(self.pool, lane, self.name, self.lease_seconds)
+
+    async def release(self, lane: str) -> bool:
+        return await self.leases.release(self.pool, lane, self.name)
+
+    async def renew(self, agent_id: str) -> asyncpg.Record | None:
+        return await self.leases.renew(self.pool, agent_id, self.name, self.lease_seconds)
 
     # --- one agent's lane -----------------------------------------------------------
 
@@ -77,12 +101,13 @@ class BridgeWorker(LaneWorker):
                 current = await self.renew(agent_id)
                 continue
             await refresh_card(self.settings, self.pool, agent_id, current)
+            self.news(agent_id).clear()  # before the read: a notice after it is not missed
             events = await inbox_store.after(self.pool, agent_id, int(current["cursor"]), BATCH)
             if not events:
                 followers = self.forwarder.followers(agent_id)
                 if not followers:
                     return
-                await self.idle(agent_id, self.lease_seconds / 3, followers)
+                await self.linger(agent_id, self.lease_seconds / 3, followers)
                 current = await self.renew(agent_id)
                 continue
             remote = remote_of(self.settings, agent_id, current)
