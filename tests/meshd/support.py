@@ -256,7 +256,9 @@ class GatewayProc:
 
 
 class Proxy:
-    """TCP relay to ``upstream``: can cut all connections and answer 503 to a path.
+    """TCP relay to ``upstream``: can cut all connections, answer 503 to a path
+    (``blocked``: a gateway that is away) or 404 (``absent``: an older gateway
+    without that route).
 
     Requests are parsed just enough (request line, Content-Length) to see every
     request on a keep-alive connection; bytes are otherwise passed unchanged.
@@ -269,6 +271,8 @@ class Proxy:
         self.blocked: set[str] = set()
         self.refused_requests = 0
         self.refused = asyncio.Event()  # set on the first refused request
+        self.absent: set[str] = set()
+        self.absent_requests = 0
         self._conns: set[asyncio.StreamWriter] = set()
         self._server: asyncio.AbstractServer | None = None
         self._tasks: set[asyncio.Task[None]] = set()
@@ -317,18 +321,11 @@ class Proxy:
                 if path in self.blocked:
                     self.refused_requests += 1
                     self.refused.set()
-                    problem = json.dumps(
-                        {"type": "about:blank", "title": "Service Unavailable", "status": 503,
-                         "detail": "blocked by the test proxy"}
-                    ).encode()  # fmt: skip
-                    cw.write(
-                        b"HTTP/1.1 503 Service Unavailable\r\n"
-                        b"Content-Type: application/problem+json\r\n"
-                        + f"Content-Length: {len(problem)}\r\n".encode()
-                        + b"Connection: close\r\n\r\n"
-                        + problem
-                    )
-                    await cw.drain()
+                    await self._answer(cw, 503, "Service Unavailable", "blocked by the test proxy")
+                    break
+                if path in self.absent:
+                    self.absent_requests += 1
+                    await self._answer(cw, 404, "Not Found", f"no route {path}")
                     break
                 uw.write(head + body)
                 await uw.drain()
@@ -339,6 +336,20 @@ class Proxy:
                 self._conns.discard(w)
                 with contextlib.suppress(Exception):
                     w.close()
+
+    @staticmethod
+    async def _answer(cw: asyncio.StreamWriter, status: int, title: str, detail: str) -> None:
+        problem = json.dumps(
+            {"type": "about:blank", "title": title, "status": status, "detail": detail}
+        ).encode()  # fmt: skip
+        cw.write(
+            f"HTTP/1.1 {status} {title}\r\n".encode()
+            + b"Content-Type: application/problem+json\r\n"
+            + f"Content-Length: {len(problem)}\r\n".encode()
+            + b"Connection: close\r\n\r\n"
+            + problem
+        )
+        await cw.drain()
 
     async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:

@@ -110,6 +110,32 @@ async def test_sse_cut_and_refused_falls_back_to_long_poll_and_comes_back(pair, 
     assert handled_texts(tmp_path) == [f"p{i}" for i in range(20)]
 
 
+async def test_a_gateway_without_claims_is_used_without_them(pair, gateway, tmp_path):
+    """An older gateway answers 404 to the claim: the daemon says so once, stops
+    asking, and handles every event in order all the same."""
+    a_h, b_h = pair
+    await skip_backlog(gateway, b_h)
+    port = int(gateway.rsplit(":", 1)[1])
+    async with Proxy(port) as proxy, Probe(tmp_path / "p.sock") as probe:
+        proxy.absent.add("/v1/mesh/inbox/claim")
+        d = record_daemon(proxy.url, b_h, tmp_path, probe)
+        try:
+            await d.start()
+            await d.wait_log(SSE)
+            async with MeshClient(gateway, api_key=a_h.api_key) as sender:
+                for i in range(10):
+                    await sender.send(b_h.agent_id, f"n{i}")
+                await probe.wait_for(10)
+            d.signal(signal.SIGTERM)
+            assert await d.wait(timeout=20) == 0
+        finally:
+            print(d.log())
+            await d.stop()
+        assert proxy.absent_requests == 1, "asked again after the 404"
+        assert d.count("takes no claims") == 1
+    assert handled_texts(tmp_path) == [f"n{i}" for i in range(10)]
+
+
 async def test_gateway_killed_and_restarted_nothing_lost(pair, gateway, migrated, tmp_path):
     a_h, b_h = pair
     await skip_backlog(gateway, b_h)
