@@ -4,6 +4,9 @@ memberships (accept, reject, leave)."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+from typing import Any
+
 from starlette.responses import Response
 
 from app.console.owned import actor, as_actor, my_agents
@@ -11,6 +14,11 @@ from app.console.web import ActionError, Ctx, action, back, page, validated
 from app.domain.schemas import FriendRequestCreate, GroupCreate, GroupMemberAdd
 from app.platform.errors import Problem
 from app.services import social
+from app.services.mesh import Mesh
+from app.services.principals import Agent
+
+# A service call that answers for an agent: (mesh, the agent, what it answers).
+Answer = Callable[[Mesh, Agent, str], Awaitable[Any]]
 
 
 async def friends_page(ctx: Ctx, *, error: ActionError | None = None, status: int = 200) -> Response:
@@ -35,18 +43,22 @@ async def send_request(ctx: Ctx) -> Response:
     return back("/console/friends?sent=1")
 
 
+async def _answer(ctx: Ctx, accept: Answer, reject: Answer, subject: str, page: str) -> Response:
+    """An agent's accept or reject (the path's ``verb``) of the ``subject`` path
+    parameter (a friend request, a group invitation); then back to ``page``."""
+    who = await actor(ctx, ctx.path("agent_id"))
+    verb = ctx.path("verb")
+    answers = {"accept": accept, "reject": reject}
+    if verb not in answers:
+        raise Problem(404, f"no such answer '{verb}'; accept or reject")
+    await answers[verb](ctx.state, who, ctx.path(subject))
+    return back(page)
+
+
 @action("friend-answer", friends_page)
 async def answer_request(ctx: Ctx) -> Response:
-    who = await actor(ctx, ctx.path("agent_id"))
-    s = ctx.state
-    verb = ctx.path("verb")
-    if verb not in ("accept", "reject"):
-        raise Problem(404, f"no such answer '{verb}'; accept or reject")
-    if verb == "accept":
-        await social.accept_friend(s, who, ctx.path("request_id"))
-    else:
-        await social.reject_friend(s, who, ctx.path("request_id"))
-    return back("/console/friends")
+    return await _answer(ctx, social.accept_friend, social.reject_friend, "request_id",
+                         "/console/friends")
 
 
 @action("friend-remove", friends_page)
@@ -129,16 +141,8 @@ async def delete_group(ctx: Ctx) -> Response:
 
 @action("group-invitation", groups_page)
 async def answer_invitation(ctx: Ctx) -> Response:
-    who = await actor(ctx, ctx.path("agent_id"))
-    s = ctx.state
-    verb = ctx.path("verb")
-    if verb not in ("accept", "reject"):
-        raise Problem(404, f"no such answer '{verb}'; accept or reject")
-    if verb == "accept":
-        await social.accept_invitation(s, who, ctx.path("group_id"))
-    else:
-        await social.reject_invitation(s, who, ctx.path("group_id"))
-    return back("/console/groups")
+    return await _answer(ctx, social.accept_invitation, social.reject_invitation, "group_id",
+                         "/console/groups")
 
 
 @action("group-leave", groups_page)
