@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 SCENARIOS = ("latency", "floor", "sends", "profile", "scaleout", "relay", "longpoll", "idle", "daemon",
-             "webhooks", "tracing", "mcp", "a2a_blocking")
+             "daemon_drain", "webhooks", "tracing", "mcp", "a2a_blocking")
 
 
 @dataclass(frozen=True)
@@ -24,6 +24,8 @@ class Plan:
     idle_agents: int = 50
     idle_hold: float = 20.0
     daemon_idle: float = 5.0
+    # daemon_drain: messages queued before one mesh daemon starts and drains them
+    drain_events: int = 1_000
     # profile: one closed-loop run at this concurrency, py-spy on the web process and
     # the services' counters on (ADR 024)
     profile_concurrency: int = 16
@@ -55,4 +57,4 @@ QUICK = Plan("quick", latency_seconds=5.0, low_seconds=3.0, sweep=(16,), sweep_s
              longpoll_tries=15, baseline_polls=10, idle_connections=2_000, idle_agents=20,
              idle_hold=5.0, daemon_idle=3.0, profile_seconds=4.0, scaleout_seconds=3.0,
              scaleout_latency_seconds=3.0, floor_seconds=2.0,
-             webhook_fill=100, webhook_seconds=5.0, mcp_seconds=5.0)
+             webhook_fill=100, webhook_seconds=5.0, mcp_seconds=5.0, drain_events=200)

@@ -30,12 +30,14 @@ from bench.profile import write_gz  # noqa: E402
 from bench.report import Section  # noqa: E402
 from bench.sections import RUNNERS as BASE_RUNNERS  # noqa: E402
 from bench.sections_a2a import RUNNERS as A2A_RUNNERS  # noqa: E402
+from bench.sections_daemon import RUNNERS as DAEMON_RUNNERS  # noqa: E402
 from bench.sections_mcp import RUNNERS as MCP_RUNNERS  # noqa: E402
 from bench.sections_more import RUNNERS as MORE_RUNNERS  # noqa: E402
 from bench.sections_tracing import RUNNERS as TRACING_RUNNERS  # noqa: E402
 from bench.topology import Topology  # noqa: E402
 
-RUNNERS = {**BASE_RUNNERS, **MORE_RUNNERS, **TRACING_RUNNERS, **MCP_RUNNERS, **A2A_RUNNERS}
+RUNNERS = {**BASE_RUNNERS, **MORE_RUNNERS, **DAEMON_RUNNERS, **TRACING_RUNNERS, **MCP_RUNNERS,
+           **A2A_RUNNERS}
 RESULTS = REPO / "bench" / "results"
 
 # --- main -----------------------------------------------------------------------------
