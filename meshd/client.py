@@ -352,12 +352,14 @@ class MeshClient:
         """Record that every event up to ``seq`` was processed (monotone)."""
         return await self._call("POST", "/v1/mesh/inbox/ack", json={"seq": int(seq)})
 
-    async def claim(self, seq: int, consumer: str) -> bool:
-        """Claim event ``seq`` before handling it, or renew the claim (False:
-        another reader of this agent, a remote MCP client, took it)."""
-        body = await self._call("POST", "/v1/mesh/inbox/claim",
-                                json={"seq": int(seq), "consumer": consumer})
-        return bool(body.get("claimed"))
+    async def claim(self, seq: int, consumer: str, ahead: int = 1) -> dict[str, Any]:
+        """Claim event ``seq`` (and ``ahead - 1`` after it) before handling it, or
+        renew the claim: ``{"seq", "claimed", "through", "lapses_in"}``; ``claimed``
+        false: another reader of this agent, a remote MCP client, took it."""
+        payload: dict[str, Any] = {"seq": int(seq), "consumer": consumer}
+        if ahead > 1:
+            payload["ahead"] = int(ahead)
+        return await self._call("POST", "/v1/mesh/inbox/claim", json=payload)
 
     async def stream(
         self,

@@ -81,6 +81,9 @@ async def test_claims_validate_their_input(mesh):
         {"seq": 2**63, "consumer": "x"}, {"seq": 1}, {"seq": 1, "consumer": ""},
         {"seq": 1, "consumer": "a b"}, {"seq": 1, "consumer": "x" * 65},
         {"seq": 1, "consumer": "x", "extra": 1}, {"consumer": "x"},
+        {"seq": 1, "consumer": "x", "ahead": 0}, {"seq": 1, "consumer": "x", "ahead": 501},
+        {"seq": 1, "consumer": "x", "ahead": "3"}, {"seq": 1, "consumer": "x", "ahead": True},
+        {"seq": 1, "consumer": "x", "ahead": 1.5}, {"seq": 1, "consumer": "x", "ahead": None},
     ]
     for body in bad:
         r = await b.post("/v1/mesh/inbox/claim", body)
@@ -88,3 +91,28 @@ async def test_claims_validate_their_input(mesh):
         assert r.headers["content-type"].startswith("application/problem+json")
     r = await b.http.post("/v1/mesh/inbox/claim", json={"seq": 1, "consumer": "x"})
     assert r.status_code == 401
+
+
+async def test_one_claim_covers_the_events_ahead_as_far_as_the_inbox_goes(mesh, gateway):
+    a, b = await a_pair(mesh)
+    ok(await b.post("/v1/mesh/inbox/ack", {"seq": await newest(b)}))
+    for i in range(6):
+        await a.send(b.agent_id, f"backlog {i}")
+    top = await newest(b)
+    first = top - 5
+    answer = ok(await b.post("/v1/mesh/inbox/claim",
+                             {"seq": first, "consumer": "meshd-one", "ahead": 4}))
+    assert answer == {"seq": first, "claimed": True, "through": first + 3,
+                      "lapses_in": answer["lapses_in"]} and answer["lapses_in"] > 0
+    assert not await claim(b, first + 2, "meshd-two")  # inside the range: the holder's
+    assert await claim(b, first + 3)  # the holder, inside its range: a renewal
+    ok(await b.post("/v1/mesh/inbox/ack", {"seq": first + 2}))
+    assert await take(gateway, b) == []  # first + 3 is still held
+    ok(await b.post("/v1/mesh/inbox/ack", {"seq": first + 3}))
+    # The range is done: a remote client takes what lies beyond it.
+    assert await take(gateway, b) == [first + 4, first + 5]
+    # Past the inbox's end a claim covers what there is.
+    await a.send(b.agent_id, "one more")
+    answer = ok(await b.post("/v1/mesh/inbox/claim",
+                             {"seq": top + 1, "consumer": "meshd-one", "ahead": 500}))
+    assert answer["claimed"] and answer["through"] == top + 1

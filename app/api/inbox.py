@@ -42,15 +42,16 @@ async def ack(request: Request, me: Agent) -> Response:
     return json(await inbox.ack(state(request).pool, me, data.seq))
 
 
-@endpoint("Claim the event you are about to handle (a runtime: `mesh daemon`, `mesh agent`): "
-          "`claimed: false` means another reader of this agent (a remote MCP client) took it; "
-          "the claim lapses `MESH_INBOX_CLAIM_SECONDS` after it was made or renewed",
+@endpoint("Claim the event you are about to handle (a runtime: `mesh daemon`, `mesh agent`), "
+          "and with `ahead` the events after it: `claimed: false` means another reader of "
+          "this agent (a remote MCP client) took it; `through` is the last seq the claim "
+          "covers; the claim lapses `MESH_INBOX_CLAIM_SECONDS` after it was made or renewed",
           body=ClaimBody, response=Claimed, auth="agent", tag="inbox")
 async def claim(request: Request, me: Agent) -> Response:
     data = await body(request, ClaimBody)
     s = state(request)
     return json(await inbox.claim_event(s.pool, me, data.seq, data.consumer,
-                                        s.settings.inbox_claim_seconds))
+                                        s.settings.inbox_claim_seconds, data.ahead))
 
 
 routes = [

@@ -204,10 +204,24 @@ class AckBody(Strict):
         return value
 
 
+# The most events one claim covers (``ahead``).
+CLAIM_AHEAD_MAX = 500
+
+
 class ClaimBody(AckBody):
     # The runtime's own id, kept in its state folder: a retry or a renewal of its
     # claim after a restart is recognised as its own.
     consumer: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.:-]{1,64}$")]
+    # Claim this many events from ``seq`` on at once (as far as the inbox goes), so a
+    # runtime working through a backlog asks once per run of events, not per event.
+    ahead: Annotated[int, Field(ge=1, le=CLAIM_AHEAD_MAX)] = 1
+
+    @field_validator("ahead", mode="before")
+    @classmethod
+    def ahead_integer_only(cls, value: Any) -> Any:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError("ahead must be a JSON integer")
+        return value
 
 
 # --- teams ---------------------------------------------------------

@@ -31,3 +31,7 @@ class Acked(Out):
 class Claimed(Out):
     seq: int
     claimed: bool
+    # When claimed: the last seq the claim covers (``seq`` … ``through`` are this
+    # runtime's to handle) and the seconds until it lapses unless renewed.
+    through: int | None = None
+    lapses_in: float | None = None

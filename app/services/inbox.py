@@ -213,10 +213,13 @@ async def ack(pool: asyncpg.Pool, me: Agent, seq: int) -> dict[str, Any]:
 
 
 async def claim_event(pool: asyncpg.Pool, me: Agent, seq: int, consumer: str,
-                      seconds: float) -> dict[str, Any]:
-    """A runtime's claim on the event it is about to handle (ADR 050)."""
-    claimed = await agents_store.claim_event(pool, me.agent_id, seq, consumer, seconds)
-    return {"seq": seq, "claimed": claimed}
+                      seconds: float, ahead: int = 1) -> dict[str, Any]:
+    """A runtime's claim on the event it is about to handle, and on up to ``ahead - 1``
+    after it (ADR 050)."""
+    through = await agents_store.claim_event(pool, me.agent_id, seq, consumer, seconds, ahead)
+    if through is None:
+        return {"seq": seq, "claimed": False}
+    return {"seq": seq, "claimed": True, "through": through, "lapses_in": seconds}
 
 
 async def claim(pool: asyncpg.Pool, hub: InboxHub, me: Agent, *, limit: int, wait: float,

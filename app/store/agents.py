@@ -114,22 +114,26 @@ async def ack(conn: Conn, agent_id: str, seq: int) -> asyncpg.Record | None:
 # what that client took.
 _CLAIM_EVENT = """
 UPDATE agents SET claim_owner = $3,
-    claim_seq = GREATEST(CASE WHEN claim_owner = $3 THEN claim_seq ELSE 0 END, $2),
+    claim_seq = GREATEST(CASE WHEN claim_owner = $3 THEN claim_seq ELSE 0 END,
+                         LEAST($2 + $5 - 1, inbox_seq)),
     claim_until = now() + make_interval(secs => $4)
 WHERE agent_id = $1 AND $2 <= inbox_seq AND (
     (claim_owner = $3 AND claim_seq >= $2)
     OR (GREATEST(acked_seq, inbox_floor) < $2
         AND (claim_owner IS NULL OR claim_owner = $3 OR claim_until <= now()
              OR claim_seq <= acked_seq)))
-RETURNING acked_seq
+RETURNING claim_seq
 """
 
 
 async def claim_event(conn: Conn, agent_id: str, seq: int, consumer: str,
-                      seconds: float) -> bool:
-    """Claim (or renew the claim on) event ``seq`` for the runtime ``consumer``
-    for ``seconds``; False: another reader took it, or another runtime holds one."""
-    return await conn.fetchrow(_CLAIM_EVENT, agent_id, seq, consumer, seconds) is not None
+                      seconds: float, ahead: int = 1) -> int | None:
+    """Claim (or renew the claim on) event ``seq`` and the ``ahead - 1`` after it (as
+    far as the inbox goes) for the runtime ``consumer`` for ``seconds``: the last seq
+    the claim covers, or None when another reader took ``seq`` or another runtime
+    holds a claim."""
+    row = await conn.fetchrow(_CLAIM_EVENT, agent_id, seq, consumer, seconds, ahead)
+    return None if row is None else int(row["claim_seq"])
 
 
 async def set_reachable(conn: Conn, agent_id: str, reachable: bool) -> None:

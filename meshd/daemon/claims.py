@@ -1,23 +1,37 @@
-"""The runtime's claim on the event its handler runs (ADR 050).
+"""The runtime's claim on the events its handler runs (ADR 050).
 
 Before a handler starts, the event is claimed at the gateway under the runtime's
 own id (``consumer``, kept in ``state.json``), so a remote MCP client of the same
 agent, which takes the events after the acked cursor, never takes this one; an
-event such a client took first comes back ``claimed: false`` and is skipped. The
-heartbeat renews the claim while a long handler runs. A gateway that takes no
-claims (404) is used without them.
+event such a client took first comes back ``claimed: false`` and is skipped. One
+claim covers up to ``AHEAD`` events from the one at hand, as far as the inbox
+goes: a runtime working through a backlog asks once per run of events, and a
+remote client waits at most that run. The range is trusted for half its
+lifetime; the heartbeat renews the claim while a long handler runs. A gateway
+that takes no claims (404) is used without them.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 
 from meshd.backoff import Backoff
 from meshd.client import MeshClient
-from meshd.errors import MeshConnectionError, MeshError, NotFoundError, RateLimitedError, ServerError
+from meshd.errors import (
+    MeshConnectionError,
+    MeshError,
+    NotFoundError,
+    RateLimitedError,
+    ServerError,
+    ValidationError,
+)
 from meshd.options import DaemonOptions, StopSignal
 
 log = logging.getLogger("meshd.daemon")
+
+# Events one claim covers at most.
+AHEAD = 32
 
 
 class Claims:
@@ -27,18 +41,31 @@ class Claims:
         self.opt = opt
         self._stop = stop
         self._enabled = True
+        self._ahead = AHEAD  # 1 on a gateway that claims one event at a time
         self.holding: int | None = None  # the claimed event whose handler runs
+        # The last seq this runtime's claim covers, and until when (monotonic) it is
+        # trusted without asking again.
+        self._through = -1
+        self._trusted_until = 0.0
 
     async def take(self, seq: int) -> bool:
         """Claim ``seq`` (True: run it); retried while the gateway is away."""
         if not self._enabled:
             return True
+        if seq <= self._through and time.monotonic() < self._trusted_until:
+            self.holding = seq  # inside the range this runtime holds
+            return True
         backoff = Backoff(self.opt.reconnect_initial, self.opt.reconnect_max)
         while True:
             try:
-                claimed = await self.client.claim(seq, self.consumer)
-                self.holding = seq if claimed else None
-                return claimed
+                asked = time.monotonic()
+                answer = await self.client.claim(seq, self.consumer, self._ahead)
+                break
+            except ValidationError:
+                if self._ahead == 1:
+                    raise
+                log.info("the gateway claims one event at a time; claiming each")
+                self._ahead = 1
             except NotFoundError:
                 log.info("the gateway takes no claims on events; handling without them")
                 self._enabled = False
@@ -47,6 +74,13 @@ class Claims:
                 delay = backoff.next()
                 log.warning("claiming seq %d failed (%s); retrying in %.1fs", seq, e, delay)
                 await self._stop.sleep(delay)
+        if not answer.get("claimed"):
+            self.holding = None
+            return False
+        self.holding = seq
+        self._through = max(seq, int(answer.get("through") or seq))
+        self._trusted_until = asked + float(answer.get("lapses_in") or 0.0) / 2
+        return True
 
     def done(self) -> None:
         """The handler ended; its ack (after it) is what frees the event."""
@@ -58,7 +92,9 @@ class Claims:
         if seq is None:
             return
         try:
-            if not await self.client.claim(seq, self.consumer):
+            answer = await self.client.claim(seq, self.consumer)
+            if not answer.get("claimed"):
+                self._through = -1
                 log.warning("the claim on seq %d lapsed and another reader took it", seq)
         except MeshError as e:
             log.warning("renewing the claim on seq %d failed: %s", seq, e)

@@ -19,6 +19,7 @@ import os
 import re
 import signal
 import sys
+from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -273,6 +274,7 @@ class Proxy:
         self.refused = asyncio.Event()  # set on the first refused request
         self.absent: set[str] = set()
         self.absent_requests = 0
+        self.requests: Counter[str] = Counter()  # by path, every request seen
         self._conns: set[asyncio.StreamWriter] = set()
         self._server: asyncio.AbstractServer | None = None
         self._tasks: set[asyncio.Task[None]] = set()
@@ -318,6 +320,7 @@ class Proxy:
                     if name.strip().lower() == b"content-length":
                         length = int(value.strip())
                 body = await cr.readexactly(length) if length else b""
+                self.requests[path] += 1
                 if path in self.blocked:
                     self.refused_requests += 1
                     self.refused.set()

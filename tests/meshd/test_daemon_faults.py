@@ -136,6 +136,31 @@ async def test_a_gateway_without_claims_is_used_without_them(pair, gateway, tmp_
     assert handled_texts(tmp_path) == [f"n{i}" for i in range(10)]
 
 
+async def test_a_backlog_is_claimed_in_runs_not_one_event_at_a_time(pair, gateway, tmp_path):
+    """40 events queued before the daemon starts: it claims a run of them at once
+    (a handful of claim requests, not 40) and handles every one, in order."""
+    a_h, b_h = pair
+    await skip_backlog(gateway, b_h)
+    port = int(gateway.rsplit(":", 1)[1])
+    n = 40
+    async with MeshClient(gateway, api_key=a_h.api_key) as sender:
+        for i in range(n):
+            await sender.send(b_h.agent_id, f"b{i}")
+    async with Proxy(port) as proxy, Probe(tmp_path / "p.sock") as probe:
+        d = record_daemon(proxy.url, b_h, tmp_path, probe)
+        try:
+            await d.start()
+            await probe.wait_for(n)
+            d.signal(signal.SIGTERM)
+            assert await d.wait(timeout=20) == 0
+        finally:
+            print(d.log())
+            await d.stop()
+        claims = proxy.requests["/v1/mesh/inbox/claim"]
+    assert 1 <= claims <= n // 8, f"{claims} claim requests for {n} events"
+    assert handled_texts(tmp_path) == [f"b{i}" for i in range(n)]
+
+
 async def test_gateway_killed_and_restarted_nothing_lost(pair, gateway, migrated, tmp_path):
     a_h, b_h = pair
     await skip_backlog(gateway, b_h)
