@@ -3,11 +3,13 @@
 Before a handler starts, the event is claimed at the gateway under the runtime's
 own id (``consumer``, kept in ``state.json``), so a remote MCP client of the same
 agent, which takes the events after the acked cursor, never takes this one; an
-event such a client took first comes back ``claimed: false`` and is skipped. One
-claim covers up to ``AHEAD`` events from the one at hand, as far as the inbox
-goes: a runtime working through a backlog asks once per run of events, and a
-remote client waits at most that run. The range is trusted for half its
-lifetime; the heartbeat renews the claim while a long handler runs. A gateway
+event such a client took first comes back ``claimed: false`` and is skipped.
+While handlers are quick (under ``QUICK_SECONDS``), one claim covers up to
+``AHEAD`` events from the one at hand, as far as the inbox goes: a runtime working
+through a backlog asks once per run of events, and a remote client waits at most
+that run (a few seconds). A slow handler (a model run) claims its event alone, so
+remote clients can take the ones after it meanwhile. The range is trusted for half
+its lifetime; the heartbeat renews the claim while a long handler runs. A gateway
 that takes no claims (404) is used without them.
 """
 
@@ -30,8 +32,9 @@ from meshd.options import DaemonOptions, StopSignal
 
 log = logging.getLogger("meshd.daemon")
 
-# Events one claim covers at most.
+# Events one claim covers at most, while the last handler took under QUICK_SECONDS.
 AHEAD = 32
+QUICK_SECONDS = 0.1
 
 
 class Claims:
@@ -47,6 +50,7 @@ class Claims:
         # trusted without asking again.
         self._through = -1
         self._trusted_until = 0.0
+        self._quick = False  # the last handler ended within QUICK_SECONDS
 
     async def take(self, seq: int) -> bool:
         """Claim ``seq`` (True: run it); retried while the gateway is away."""
@@ -59,10 +63,11 @@ class Claims:
         while True:
             try:
                 asked = time.monotonic()
-                answer = await self.client.claim(seq, self.consumer, self._ahead)
+                ahead = self._ahead if self._quick else 1
+                answer = await self.client.claim(seq, self.consumer, ahead)
                 break
             except ValidationError:
-                if self._ahead == 1:
+                if ahead == 1:
                     raise
                 log.info("the gateway claims one event at a time; claiming each")
                 self._ahead = 1
@@ -82,8 +87,10 @@ class Claims:
         self._trusted_until = asked + float(answer.get("lapses_in") or 0.0) / 2
         return True
 
-    def done(self) -> None:
-        """The handler ended; its ack (after it) is what frees the event."""
+    def done(self, ran_for: float | None) -> None:
+        """The handler ended after ``ran_for`` seconds (None: it failed); its ack
+        (after it) is what frees the event."""
+        self._quick = ran_for is not None and ran_for < QUICK_SECONDS
         self.holding = None
 
     async def renew(self) -> None:

@@ -352,15 +352,18 @@ class Daemon:
         if self.stopping:
             raise Stopped
         self._idle.clear()
+        ran_for: float | None = None  # the handler's own time, for the claims' pace
         try:
             # The reply is sent inside the span, so it joins the message's trace.
             with tracing.handle(event.traceparent, {"mesh.seq": event.seq,
                                                     "mesh.event_type": event.type}):
                 try:
+                    started = time.monotonic()
                     reply = await run_with_retries(
                         self.handler, event, self.client, self.agent_id, self.opt, self._stop,
                         self.reports,
                     )
+                    ran_for = time.monotonic() - started
                 except HandlerError as e:
                     self.stats.gave_up += 1
                     log.error(
@@ -384,5 +387,5 @@ class Daemon:
                 self._ack(event.seq)
         finally:
             if self.claims is not None:
-                self.claims.done()
+                self.claims.done(ran_for)
             self._idle.set()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import socket
 import threading
+import time
 
 from meshd.models import InboxEvent
 
@@ -39,3 +40,9 @@ def echo(event: InboxEvent) -> str | None:
 def record(event: InboxEvent) -> None:
     """Record only."""
     _record(event)
+
+
+def record_slowly(event: InboxEvent) -> None:
+    """Record, then work 0.3 s (a slow handler, as a model run is)."""
+    _record(event)
+    time.sleep(0.3)

@@ -35,10 +35,11 @@ SSE = "following the SSE stream"
 FAST = ["--reconnect-initial", "0.3", "--reconnect-max", "2", "--poll-wait", "2"]
 
 
-def record_daemon(url: str, handle, tmp: Path, probe: Probe, *extra: str) -> Proc:
+def record_daemon(url: str, handle, tmp: Path, probe: Probe, *extra: str,
+                  handler: str = "tests.meshd.sample_handlers:record") -> Proc:
     env = mesh_env(url, handle.api_key, tmp, TEST_OUT=str(tmp / "out"), TEST_PROBE=str(probe.path))
     argv = mesh_cmd(
-        "daemon", "--handler", "tests.meshd.sample_handlers:record", "--no-reply",
+        "daemon", "--handler", handler, "--no-reply",
         "--state-dir", str(tmp / "state"), *FAST, *extra,
     )  # fmt: skip
     return Proc(argv, env, name="daemon")
@@ -136,18 +137,24 @@ async def test_a_gateway_without_claims_is_used_without_them(pair, gateway, tmp_
     assert handled_texts(tmp_path) == [f"n{i}" for i in range(10)]
 
 
-async def test_a_backlog_is_claimed_in_runs_not_one_event_at_a_time(pair, gateway, tmp_path):
-    """40 events queued before the daemon starts: it claims a run of them at once
-    (a handful of claim requests, not 40) and handles every one, in order."""
+@pytest.mark.parametrize(("handler", "n", "most_claims"), [
+    ("record", 40, 8),         # quick: runs of up to 32 events per claim
+    ("record_slowly", 8, 8),   # slow: each event claimed alone, the rest left to others
+])
+async def test_a_backlog_is_claimed_in_runs_while_handlers_are_quick(
+        pair, gateway, tmp_path, handler, n, most_claims):
+    """Events queued before the daemon starts: while its handler is quick it claims
+    a run of them at once (a handful of claim requests, not one per event); a slow
+    handler claims each alone. Every event is handled, in order."""
     a_h, b_h = pair
     await skip_backlog(gateway, b_h)
     port = int(gateway.rsplit(":", 1)[1])
-    n = 40
     async with MeshClient(gateway, api_key=a_h.api_key) as sender:
         for i in range(n):
             await sender.send(b_h.agent_id, f"b{i}")
     async with Proxy(port) as proxy, Probe(tmp_path / "p.sock") as probe:
-        d = record_daemon(proxy.url, b_h, tmp_path, probe)
+        d = record_daemon(proxy.url, b_h, tmp_path, probe,
+                          handler=f"tests.meshd.sample_handlers:{handler}")
         try:
             await d.start()
             await probe.wait_for(n)
@@ -157,7 +164,9 @@ async def test_a_backlog_is_claimed_in_runs_not_one_event_at_a_time(pair, gatewa
             print(d.log())
             await d.stop()
         claims = proxy.requests["/v1/mesh/inbox/claim"]
-    assert 1 <= claims <= n // 8, f"{claims} claim requests for {n} events"
+    assert 1 <= claims <= most_claims, f"{claims} claim requests for {n} events"
+    if handler == "record_slowly":
+        assert claims >= n - 1, f"a slow handler claimed runs: {claims} for {n} events"
     assert handled_texts(tmp_path) == [f"b{i}" for i in range(n)]
 
 
