@@ -11,6 +11,7 @@ from pydantic import (
     ConfigDict,
     Field,
     StringConstraints,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -192,16 +193,16 @@ class ArtifactIn(Strict):
     metadata: Metadata = None
 
 
+def _json_integer(value: Any, info: ValidationInfo) -> Any:
+    # JSON booleans and numeric strings are not counts or seqs; say so instead of coercing.
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{info.field_name} must be a JSON integer")
+    return value
+
+
 class AckBody(Strict):
     seq: Annotated[int, Field(ge=0, le=2**63 - 1)]
-
-    @field_validator("seq", mode="before")
-    @classmethod
-    def integer_only(cls, value: Any) -> Any:
-        # JSON booleans and numeric strings are not seqs; say so instead of coercing.
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ValueError("seq must be a JSON integer")
-        return value
+    _seq_integer = field_validator("seq", mode="before")(_json_integer)
 
 
 # The most events one claim covers (``ahead``).
@@ -215,13 +216,7 @@ class ClaimBody(AckBody):
     # Claim this many events from ``seq`` on at once (as far as the inbox goes), so a
     # runtime working through a backlog asks once per run of events, not per event.
     ahead: Annotated[int, Field(ge=1, le=CLAIM_AHEAD_MAX)] = 1
-
-    @field_validator("ahead", mode="before")
-    @classmethod
-    def ahead_integer_only(cls, value: Any) -> Any:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ValueError("ahead must be a JSON integer")
-        return value
+    _ahead_integer = field_validator("ahead", mode="before")(_json_integer)
 
 
 # --- teams ---------------------------------------------------------
