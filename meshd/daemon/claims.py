@@ -20,14 +20,7 @@ import time
 
 from meshd.backoff import Backoff
 from meshd.client import MeshClient
-from meshd.errors import (
-    MeshConnectionError,
-    MeshError,
-    NotFoundError,
-    RateLimitedError,
-    ServerError,
-    ValidationError,
-)
+from meshd.errors import MeshConnectionError, MeshError, NotFoundError, RateLimitedError, ServerError
 from meshd.options import DaemonOptions, StopSignal
 
 log = logging.getLogger("meshd.daemon")
@@ -44,7 +37,6 @@ class Claims:
         self.opt = opt
         self._stop = stop
         self._enabled = True
-        self._ahead = AHEAD  # 1 on a gateway that claims one event at a time
         self.holding: int | None = None  # the claimed event whose handler runs
         # The last seq this runtime's claim covers, and until when (monotonic) it is
         # trusted without asking again.
@@ -63,14 +55,8 @@ class Claims:
         while True:
             try:
                 asked = time.monotonic()
-                ahead = self._ahead if self._quick else 1
-                answer = await self.client.claim(seq, self.consumer, ahead)
+                answer = await self.client.claim(seq, self.consumer, AHEAD if self._quick else 1)
                 break
-            except ValidationError:
-                if ahead == 1:
-                    raise
-                log.info("the gateway claims one event at a time; claiming each")
-                self._ahead = 1
             except NotFoundError:
                 log.info("the gateway takes no claims on events; handling without them")
                 self._enabled = False
