@@ -137,12 +137,13 @@ async def test_a_gateway_without_claims_is_used_without_them(pair, gateway, tmp_
     assert handled_texts(tmp_path) == [f"n{i}" for i in range(10)]
 
 
-@pytest.mark.parametrize(("handler", "n", "most_claims"), [
-    ("record", 40, 8),         # quick: runs of up to 32 events per claim
-    ("record_slowly", 8, 8),   # slow: each event claimed alone, the rest left to others
+# Claim requests include the heartbeat's renewals while a handler runs, hence ranges.
+@pytest.mark.parametrize(("handler", "n", "fewest_claims", "most_claims"), [
+    ("record", 40, 1, 8),          # quick: runs of up to 32 events per claim
+    ("record_slowly", 8, 7, 16),   # slow: each event claimed alone, the rest left to others
 ])
 async def test_a_backlog_is_claimed_in_runs_while_handlers_are_quick(
-        pair, gateway, tmp_path, handler, n, most_claims):
+        pair, gateway, tmp_path, handler, n, fewest_claims, most_claims):
     """Events queued before the daemon starts: while its handler is quick it claims
     a run of them at once (a handful of claim requests, not one per event); a slow
     handler claims each alone. Every event is handled, in order."""
@@ -164,9 +165,7 @@ async def test_a_backlog_is_claimed_in_runs_while_handlers_are_quick(
             print(d.log())
             await d.stop()
         claims = proxy.requests["/v1/mesh/inbox/claim"]
-    assert 1 <= claims <= most_claims, f"{claims} claim requests for {n} events"
-    if handler == "record_slowly":
-        assert claims >= n - 1, f"a slow handler claimed runs: {claims} for {n} events"
+    assert fewest_claims <= claims <= most_claims, f"{claims} claim requests for {n} events"
     assert handled_texts(tmp_path) == [f"b{i}" for i in range(n)]
 
 
