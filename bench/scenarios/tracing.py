@@ -29,6 +29,7 @@ from typing import Any
 
 import asyncpg
 
+from app.platform import tracing
 from bench.client import Client
 from bench.cpu import Interval
 from bench.env import Env
@@ -62,13 +63,9 @@ def otel_env(endpoint: str, ratio: float | None = None) -> dict[str, str]:
 
 
 def sampled(traceparent: str | None) -> bool:
-    """Whether a stored ``traceparent`` says its trace was sampled (flags bit 0)."""
-    if trace_id_of(traceparent) is None:
-        return False
-    try:
-        return bool(int((traceparent or "")[-2:], 16) & 1)
-    except ValueError:
-        return False
+    """Whether a stored ``traceparent`` is well formed and says its trace was sampled."""
+    return traceparent is not None and trace_id_of(traceparent) is not None \
+        and tracing.sampled(traceparent)
 
 
 def trace_id_of(traceparent: str | None) -> str | None:
