@@ -273,7 +273,6 @@ class Proxy:
         self.refused_requests = 0
         self.refused = asyncio.Event()  # set on the first refused request
         self.absent: set[str] = set()
-        self.absent_requests = 0
         self.requests: Counter[str] = Counter()  # by path, every request seen
         self._conns: set[asyncio.StreamWriter] = set()
         self._server: asyncio.AbstractServer | None = None
@@ -327,7 +326,6 @@ class Proxy:
                     await self._answer(cw, 503, "Service Unavailable", "blocked by the test proxy")
                     break
                 if path in self.absent:
-                    self.absent_requests += 1
                     await self._answer(cw, 404, "Not Found", f"no route {path}")
                     break
                 uw.write(head + body)

@@ -54,10 +54,9 @@ def handled_texts(tmp: Path) -> list[str]:
 
 
 @contextlib.asynccontextmanager
-async def serving(gw: GatewayProc, d: Proc) -> AsyncIterator[Proc]:
-    """``d``, a daemon of the test's own gateway ``gw``, started and on SSE; when the
-    body ends, stopped with SIGTERM and exiting 0; whatever happens, its log printed
-    and both processes gone."""
+async def running(d: Proc) -> AsyncIterator[Proc]:
+    """``d`` started and on SSE; when the body ends, stopped with SIGTERM and exiting
+    0; whatever happens, its log printed and the process gone."""
     try:
         await d.start()
         await d.wait_log(SSE)
@@ -67,6 +66,16 @@ async def serving(gw: GatewayProc, d: Proc) -> AsyncIterator[Proc]:
     finally:
         print(d.log())
         await d.stop()
+
+
+@contextlib.asynccontextmanager
+async def serving(gw: GatewayProc, d: Proc) -> AsyncIterator[Proc]:
+    """:func:`running` for a daemon of the test's own gateway ``gw``, which is
+    killed afterwards too."""
+    try:
+        async with running(d):
+            yield d
+    finally:
         await gw.kill()
 
 
@@ -79,35 +88,27 @@ async def test_sse_cut_and_refused_falls_back_to_long_poll_and_comes_back(pair, 
     a_h, b_h = pair
     await skip_backlog(gateway, b_h)
     port = int(gateway.rsplit(":", 1)[1])
-    async with Proxy(port) as proxy, Probe(tmp_path / "p.sock") as probe:
-        d = record_daemon(proxy.url, b_h, tmp_path, probe)
-        try:
-            await d.start()
-            await d.wait_log(SSE)
-            async with MeshClient(gateway, api_key=a_h.api_key) as sender:
-                # SSE is cut and refused (503): the daemon must long-poll
-                proxy.blocked.add("/v1/mesh/inbox/stream")
-                mark = len(d.lines)
-                proxy.drop_all()
-                await d.wait_log("SSE unavailable", after=mark)
-                for i in range(10):
-                    await sender.send(b_h.agent_id, f"p{i}")
-                await probe.wait_for(10)
-                async with asyncio.timeout(30):
-                    await proxy.refused.wait()  # it did try SSE again, and was refused
-                assert d.count(SSE) == 1, "no SSE while it is refused"
-                # SSE comes back: the daemon returns to it
-                mark = len(d.lines)
-                proxy.blocked.clear()
-                await d.wait_log(SSE, after=mark)
-                for i in range(10, 20):
-                    await sender.send(b_h.agent_id, f"p{i}")
-                await probe.wait_for(20)
-            d.signal(signal.SIGTERM)
-            assert await d.wait(timeout=20) == 0
-        finally:
-            print(d.log())
-            await d.stop()
+    async with Proxy(port) as proxy, Probe(tmp_path / "p.sock") as probe, \
+            running(record_daemon(proxy.url, b_h, tmp_path, probe)) as d:
+        async with MeshClient(gateway, api_key=a_h.api_key) as sender:
+            # SSE is cut and refused (503): the daemon must long-poll
+            proxy.blocked.add("/v1/mesh/inbox/stream")
+            mark = len(d.lines)
+            proxy.drop_all()
+            await d.wait_log("SSE unavailable", after=mark)
+            for i in range(10):
+                await sender.send(b_h.agent_id, f"p{i}")
+            await probe.wait_for(10)
+            async with asyncio.timeout(30):
+                await proxy.refused.wait()  # it did try SSE again, and was refused
+            assert d.count(SSE) == 1, "no SSE while it is refused"
+            # SSE comes back: the daemon returns to it
+            mark = len(d.lines)
+            proxy.blocked.clear()
+            await d.wait_log(SSE, after=mark)
+            for i in range(10, 20):
+                await sender.send(b_h.agent_id, f"p{i}")
+            await probe.wait_for(20)
     assert handled_texts(tmp_path) == [f"p{i}" for i in range(20)]
 
 
@@ -119,20 +120,12 @@ async def test_a_gateway_without_claims_is_used_without_them(pair, gateway, tmp_
     port = int(gateway.rsplit(":", 1)[1])
     async with Proxy(port) as proxy, Probe(tmp_path / "p.sock") as probe:
         proxy.absent.add("/v1/mesh/inbox/claim")
-        d = record_daemon(proxy.url, b_h, tmp_path, probe)
-        try:
-            await d.start()
-            await d.wait_log(SSE)
-            async with MeshClient(gateway, api_key=a_h.api_key) as sender:
-                for i in range(10):
-                    await sender.send(b_h.agent_id, f"n{i}")
-                await probe.wait_for(10)
-            d.signal(signal.SIGTERM)
-            assert await d.wait(timeout=20) == 0
-        finally:
-            print(d.log())
-            await d.stop()
-        assert proxy.absent_requests == 1, "asked again after the 404"
+        async with running(record_daemon(proxy.url, b_h, tmp_path, probe)) as d, \
+                MeshClient(gateway, api_key=a_h.api_key) as sender:
+            for i in range(10):
+                await sender.send(b_h.agent_id, f"n{i}")
+            await probe.wait_for(10)
+        assert proxy.requests["/v1/mesh/inbox/claim"] == 1, "asked again after the 404"
         assert d.count("takes no claims") == 1
     assert handled_texts(tmp_path) == [f"n{i}" for i in range(10)]
 
@@ -154,16 +147,9 @@ async def test_a_backlog_is_claimed_in_runs_while_handlers_are_quick(
         for i in range(n):
             await sender.send(b_h.agent_id, f"b{i}")
     async with Proxy(port) as proxy, Probe(tmp_path / "p.sock") as probe:
-        d = record_daemon(proxy.url, b_h, tmp_path, probe,
-                          handler=f"tests.meshd.sample_handlers:{handler}")
-        try:
-            await d.start()
+        async with running(record_daemon(proxy.url, b_h, tmp_path, probe,
+                                         handler=f"tests.meshd.sample_handlers:{handler}")):
             await probe.wait_for(n)
-            d.signal(signal.SIGTERM)
-            assert await d.wait(timeout=20) == 0
-        finally:
-            print(d.log())
-            await d.stop()
         claims = proxy.requests["/v1/mesh/inbox/claim"]
     assert fewest_claims <= claims <= most_claims, f"{claims} claim requests for {n} events"
     assert handled_texts(tmp_path) == [f"b{i}" for i in range(n)]
