@@ -17,6 +17,7 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 import asyncpg
 import psutil
@@ -36,6 +37,28 @@ class DaemonRun:
     handled_seconds: float = float("nan")
 
 
+async def start_daemon(base_url: str, api_key: str, state_dir: Path, log: IO[bytes],
+                       *handler: str) -> asyncio.subprocess.Process:
+    """``mesh daemon`` (the console script's code) for one agent, ``--no-reply``, with
+    ``handler`` (e.g. ``--exec cat``), its state in ``state_dir``, its output in ``log``."""
+    return await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "meshd.cli", "daemon", "--url", base_url, "--api-key", api_key,
+        *handler, "--no-reply", "--state-dir", str(state_dir), cwd=REPO, stdout=log,
+        stderr=log, stdin=asyncio.subprocess.DEVNULL)
+
+
+async def end(proc: asyncio.subprocess.Process) -> None:
+    """Stop ``proc``: SIGTERM, then SIGKILL after 15 s."""
+    with contextlib.suppress(ProcessLookupError):
+        proc.terminate()
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(proc.wait(), 15)
+    if proc.returncode is None:
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        await proc.wait()
+
+
 async def _rss_when_settled(pid: int, seconds: float) -> int:
     await asyncio.sleep(seconds)
     return int(psutil.Process(pid).memory_info().rss // 1024)
@@ -48,10 +71,8 @@ async def run(base_url: str, database_url: str, sender: Agent, agent: Agent, *,
     state_dir = Path(tempfile.mkdtemp(prefix="mesh-bench-meshd-"))
     log_path = state_dir / "daemon.log"
     with open(log_path, "wb") as log:  # noqa: ASYNC230 (before any load runs)
-        daemon = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "meshd.cli", "daemon", "--url", base_url, "--api-key",
-            agent.api_key, "--exec", "cat", "--no-reply", "--state-dir", str(state_dir / "state"),
-            cwd=REPO, stdout=log, stderr=log, stdin=asyncio.subprocess.DEVNULL)
+        daemon = await start_daemon(base_url, agent.api_key, state_dir / "state", log,
+                                    "--exec", "cat")
     bare = await asyncio.create_subprocess_exec(
         sys.executable, "-c", "import time; time.sleep(120)", stdin=asyncio.subprocess.DEVNULL)
     conn = await asyncpg.connect(database_url)
@@ -87,12 +108,5 @@ async def run(base_url: str, database_url: str, sender: Agent, agent: Agent, *,
     finally:
         await conn.close()
         for p in (daemon, bare):
-            with contextlib.suppress(ProcessLookupError):
-                p.terminate()
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(p.wait(), 15)
-            if p.returncode is None:
-                with contextlib.suppress(ProcessLookupError):
-                    p.kill()
-                await p.wait()
+            await end(p)
         shutil.rmtree(state_dir, ignore_errors=True)

@@ -11,9 +11,7 @@ per event cost (ADR 050: a claim before each handler, acks after).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import shutil
-import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,8 +22,8 @@ from bench.client import Client, now
 from bench.cpu import Interval, Measure
 from bench.env import Env
 from bench.load import Agent, new_message_id, send
+from bench.scenarios.daemon import end, start_daemon
 from bench.topology import Topology
-from tests.support.procs import REPO
 
 DAEMON = "daemon"
 POLL_SECONDS = 0.005
@@ -76,11 +74,8 @@ async def run(env: Env, topo: Topology, sender: Agent, agent: Agent, *, n: int,
     try:
         acked0, target = await _cursor(conn, agent.agent_id)
         with open(log_path, "wb") as log:  # noqa: ASYNC230 (before the timed window)
-            daemon = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "meshd.cli", "daemon", "--url", base_url, "--api-key",
-                agent.api_key, "--handler", "bench.daemon_handler:noop", "--no-reply",
-                "--state-dir", str(state_dir / "state"),
-                cwd=REPO, stdout=log, stderr=log, stdin=asyncio.subprocess.DEVNULL)
+            daemon = await start_daemon(base_url, agent.api_key, state_dir / "state", log,
+                                        "--handler", "bench.daemon_handler:noop")
         deadline = now() + timeout
         acked = acked0
         while acked == acked0:  # start-up: not timed
@@ -102,12 +97,5 @@ async def run(env: Env, topo: Topology, sender: Agent, agent: Agent, *, n: int,
     finally:
         await conn.close()
         if daemon is not None:
-            with contextlib.suppress(ProcessLookupError):
-                daemon.terminate()
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(daemon.wait(), 15)
-            if daemon.returncode is None:
-                with contextlib.suppress(ProcessLookupError):
-                    daemon.kill()
-                await daemon.wait()
+            await end(daemon)
         shutil.rmtree(state_dir, ignore_errors=True)
