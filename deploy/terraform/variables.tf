@@ -42,7 +42,7 @@ variable "image" {
 }
 
 variable "processes" {
-  description = "Fargate size and task count of each Procfile process. The defaults carry ~1,300 sends/s by the black-box figures; web scales first (docs/operations.md, Capacity)."
+  description = "Fargate size and task count of each Procfile process. The defaults carry ~1,600 sends/s by the black-box figures; web scales first (docs/operations.md, Capacity)."
   type = map(object({
     cpu    = number
     memory = number
