@@ -44,6 +44,7 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from app.platform.metrics import TASK_CREATE_STATEMENTS
 from bench import blackbox_pg, wrk_run
 from bench.blackbox_report import Measured, render
 from bench.cpu import CpuMeter
@@ -145,6 +146,15 @@ async def _written(run_id: str) -> int:
         await conn.close()
 
 
+async def _create_statements(base: str) -> float:
+    """The web process's count of create statements so far (its ``/metrics``)."""
+    name = TASK_CREATE_STATEMENTS.describe()[0].name + "_total"
+    async with httpx.AsyncClient(timeout=5) as http:
+        text = (await http.get(f"{base}/metrics")).text
+    found = re.search(rf"^{name} (\S+)$", text, re.MULTILINE)
+    return float(found.group(1)) if found else float("nan")
+
+
 async def _outbox_drained(timeout: float = 120) -> float:
     """Seconds until no outbox row of the mesh's topics is pending (the relay kept up)."""
     conn = await asyncpg.connect(DATABASE_URL)
@@ -207,20 +217,22 @@ async def _measure(args: argparse.Namespace, work: Path) -> Measured:
                           seconds=3)
         await _outbox_drained()
         mesh_runs: list[wrk_run.WrkRun] = []
-        checks: list[tuple[int, float]] = []
+        checks: list[tuple[int, float, float]] = []
         pg_runs: list[tuple[str, pgbench.PgbenchRun]] = []
         hot: list[blackbox_pg.UpdateCounts] = []
         for c in levels:
             run_id = uuid.uuid4().hex[:8]
             print(f"blackbox: wrk at c={c} ...", file=sys.stderr)
             before = await blackbox_pg.counter_updates(DATABASE_URL)
+            statements_before = await _create_statements(base)
             run = await wrk_run.run(base, cast_file, run_id, connections=c, seconds=args.seconds,
                                     meter=stack_meter(proc.pid, args.procfile))
             drained = await _outbox_drained()
             written = await _written(run_id)
+            statements = await _create_statements(base) - statements_before
             after = await blackbox_pg.counter_updates(DATABASE_URL)
             mesh_runs.append(run)
-            checks.append((written, drained))
+            checks.append((written, drained, statements))
             hot.append(blackbox_pg.UpdateCounts(after.updates - before.updates, after.hot - before.hot))
             for variant in ("lean", "split", "real"):
                 print(f"blackbox: pgbench {variant} at c={c} ...", file=sys.stderr)

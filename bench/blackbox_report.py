@@ -10,9 +10,9 @@ from bench.stats import fmt, fmt_ratio
 from bench.wrk_run import WrkRun
 
 # What a black-box run measured, in render's order: wrk runs, (rows written, outbox
-# drain seconds) per run, pgbench runs by write set, counter updates per run, the
-# send's tables, the create statement's plan.
-Measured = tuple[list[WrkRun], list[tuple[int, float]], list[tuple[str, PgbenchRun]],
+# drain seconds, the web's create statements) per run, pgbench runs by write set,
+# counter updates per run, the send's tables, the create statement's plan.
+Measured = tuple[list[WrkRun], list[tuple[int, float, float]], list[tuple[str, PgbenchRun]],
                  list[UpdateCounts], list[TableFacts], str]
 
 TARGET_RATIO = 0.5      # accepted sends ≥ half of pgbench's lean transactions …
@@ -81,7 +81,7 @@ def _postgres(runs: list[WrkRun], hot: list[UpdateCounts], tables: list[TableFac
 
 
 def render(facts: dict[str, str], args: argparse.Namespace, runs: list[WrkRun],
-           checks: list[tuple[int, float]], pg: list[tuple[str, PgbenchRun]],
+           checks: list[tuple[int, float, float]], pg: list[tuple[str, PgbenchRun]],
            hot: list[UpdateCounts], tables: list[TableFacts], plan: str) -> str:
     by_level = {(v, r.clients): r for v, r in pg}
     out = ["# Black-box bench — `make run`'s stack under wrk, next to pgbench", "",
@@ -103,16 +103,20 @@ def render(facts: dict[str, str], args: argparse.Namespace, runs: list[WrkRun],
             f"| ≥ {TARGET_RATIO}× lean, p99 ≤ {TARGET_P99_MS:.0f} ms; CPU ≤ {TARGET_CPU_MS} ms "
             f"| {'met' if met and _stack_cpu_ms(run) <= TARGET_CPU_MS else '**missed**'} |")
     out += ["", "## Counted", "",
-            "| connections | 201s | rows written | other statuses | socket errors | outbox drained after |",
-            "|---|---|---|---|---|---|"]
-    for run, (written, drained) in zip(runs, checks, strict=True):
+            "| connections | 201s | rows written | other statuses | socket errors | outbox drained after "
+            "| create statements | creates per statement |",
+            "|---|---|---|---|---|---|---|---|"]
+    for run, (written, drained, statements) in zip(runs, checks, strict=True):
         # A send in flight when wrk stops is written but its 201 is not counted: at
         # most one per connection. Fewer rows than 201s would be a lost send.
         flag = "" if run.created <= written <= run.created + run.connections else " **(mismatch)**"
         out.append(f"| {run.connections} | {run.created} | {written}{flag} | {run.refused} "
-                   f"| {run.socket_errors} | {drained:.1f} s |")
+                   f"| {run.socket_errors} | {drained:.1f} s | {fmt(statements)} "
+                   f"| {fmt(written / statements if statements else float('nan'), '', 2)} |")
     out += ["", "Rows written may exceed the 201s by the sends in flight when wrk stopped "
-            "(at most one per connection); fewer rows than 201s would be a lost send.",
+            "(at most one per connection); fewer rows than 201s would be a lost send. "
+            "Create statements: the web's `agent_mesh_task_create_statements_total` over the "
+            "run; concurrent creates share one (`MESH_CREATE_BATCH_IN_FLIGHT` at a time).",
             "", "## pgbench on the stack's Postgres", "",
             "| clients | write set | tx/s | p50 / p99 | failed | Postgres CPU per tx |",
             "|---|---|---|---|---|---|"]
