@@ -61,6 +61,18 @@ async def counter_updates(url: str) -> UpdateCounts:
         await conn.close()
 
 
+async def vacuum(url: str) -> None:
+    """VACUUM (ANALYZE) the send's tables: pgbench's rows, deleted after its runs,
+    are otherwise vacuumed by autovacuum during the next level's wrk run and
+    charged to the mesh's sends."""
+    conn = await asyncpg.connect(url)
+    try:
+        for table in SEND_TABLES:
+            await conn.execute(f"VACUUM (ANALYZE) {table}")
+    finally:
+        await conn.close()
+
+
 def _create_sql(n_senders: int, n_recipients: int) -> str:
     """The real write set's statement with its pgbench variables given values."""
     text = pgbench.script(n_senders, n_recipients, "real")

@@ -137,7 +137,9 @@ def render(facts: dict[str, str], args: argparse.Namespace, runs: list[WrkRun],
             "- `python bench/blackbox.py` starts `python -m devstack run` (what `make run` runs), "
             "makes the cast through the public API, warms up 3 s, then per connection level: "
             "wrk closed loop (`bench/wrk/send.lua`), the outbox drained, the rows counted, then "
-            "pgbench lean, split and real with as many clients, each as long.",
+            "pgbench lean, split and real with as many clients, each as long; pgbench's rows are "
+            "then deleted and the send's tables vacuumed, so the next level does not pay for "
+            "them.",
             "- Ratios are sends/s ÷ pgbench tx/s at the same concurrency in the same sitting; "
             "latency is wrk's, per request, including the HTTP round trip.",
             "- CPU is each process's user+system time over the wrk run (psutil), with its "
