@@ -241,7 +241,6 @@ async def _measure(args: argparse.Namespace, work: Path) -> Measured:
                     n_recipients=args.recipients, variant=variant,
                     meter=stack_meter(proc.pid, args.procfile, only="postgres"))))
             await pgbench.cleanup(DATABASE_URL)
-            await blackbox_pg.vacuum(DATABASE_URL)
         plan = await blackbox_pg.explain_create(DATABASE_URL, args.senders, args.recipients)
         tables = await blackbox_pg.tables(DATABASE_URL)
     return mesh_runs, checks, pg_runs, hot, tables, plan

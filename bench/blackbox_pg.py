@@ -11,8 +11,7 @@ import asyncpg
 
 from bench.scenarios import pgbench
 
-# The tables one send writes, the counter row's first.
-SEND_TABLES = ("agents", "tasks", "task_messages", "inbox_events", "outbox_events")
+SEND_TABLES = pgbench.SEND_TABLES
 
 
 @dataclass(frozen=True)
@@ -57,18 +56,6 @@ async def counter_updates(url: str) -> UpdateCounts:
         row = await conn.fetchrow(
             "SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables WHERE relname = 'agents'")
         return UpdateCounts(int(row["n_tup_upd"]), int(row["n_tup_hot_upd"]))
-    finally:
-        await conn.close()
-
-
-async def vacuum(url: str) -> None:
-    """VACUUM (ANALYZE) the send's tables: pgbench's rows, deleted after its runs,
-    are otherwise vacuumed by autovacuum during the next level's wrk run and
-    charged to the mesh's sends."""
-    conn = await asyncpg.connect(url)
-    try:
-        for table in SEND_TABLES:
-            await conn.execute(f"VACUUM (ANALYZE) {table}")
     finally:
         await conn.close()
 
