@@ -132,45 +132,6 @@ async def test_a_batch_reaching_a_deleted_agent_writes_the_others(
                              c.agent_id) == 0
 
 
-async def test_the_next_statement_goes_out_before_the_last_batch_resumes(
-        mesh: MeshFactory, migrated: Settings, db: asyncpg.Pool,
-        redis_client: aioredis.Redis, monkeypatch: pytest.MonkeyPatch) -> None:
-    """While one statement is in flight its callers' successors queue; when it
-    returns, their statement is sent before its own callers build their answers
-    (which would otherwise hold the next statement back)."""
-    from app.services import task_creates
-
-    a, b = await mesh.pair()
-    me = await accounts.resolve(db, migrated, a.token)
-    creates = CreateBatcher(db, migrated.bus_topic, None, max_batch=64, in_flight=1)
-    batched = Mesh(db, migrated, redis_client, creates=creates)
-    order: list[str] = []
-    real_write, real_create = task_creates.write, creates.create
-
-    async def write(*args: Any) -> list[int | None]:
-        order.append(f"statement of {len(args[-1])}")
-        return await real_write(*args)
-
-    async def create(task: Any) -> int | None:
-        seq = await real_create(task)
-        order.append(f"resumed {task.parts[0]['text']}")
-        return seq
-
-    monkeypatch.setattr(task_creates, "write", write)
-    monkeypatch.setattr(creates, "create", create)
-    async with db.acquire() as holder, holder.transaction():
-        await holder.execute("SELECT 1 FROM agents WHERE agent_id = $1 FOR UPDATE", b.agent_id)
-        head = asyncio.ensure_future(task_creation.create_task(
-            batched, me, _create(b.agent_id, "head")))
-        await _until(lambda: list(creates.sizes) == [1])
-        tail = [asyncio.ensure_future(task_creation.create_task(
-            batched, me, _create(b.agent_id, f"tail {i}"))) for i in range(2)]
-        await _until(lambda: creates.queued == 2)
-    await asyncio.gather(head, *tail)
-    assert order[:3] == ["statement of 1", "statement of 2", "resumed head"], order
-    assert sorted(order[3:]) == ["resumed tail 0", "resumed tail 1"]
-
-
 def test_a_batcher_needs_room() -> None:
     with pytest.raises(ValueError):
         CreateBatcher(None, "t", None, max_batch=0, in_flight=1)  # type: ignore[arg-type]

@@ -73,7 +73,6 @@ class CreateBatcher:
             job.add_done_callback(self._batches.discard)
 
     async def _write(self, batch: list[tuple[NewTask, asyncio.Future[int | None]]]) -> None:
-        holding = True
         try:
             seqs = await write(self._pool, self._topic, self._wakeup, [t for t, _ in batch])
         except Exception as exc:
@@ -82,22 +81,13 @@ class CreateBatcher:
             else:
                 await self._write_each(batch)
         else:
-            # The slot is handed on before this batch's callers resume: the next
-            # statement's task is scheduled first, so it goes out before their
-            # responses are built, not after.
-            holding = False
-            self._release()
             for (_, done), seq in zip(batch, seqs, strict=True):
                 _settle(done, seq)
         finally:
             for _, done in batch:  # cancelled mid-write (shutdown): nobody waits forever
                 _settle(done, error=RuntimeError("the create was interrupted; retry it"))
-            if holding:
-                self._release()
-
-    def _release(self) -> None:
-        self._writing -= 1
-        self._start()
+            self._writing -= 1
+            self._start()
 
     async def _write_each(self, batch: list[tuple[NewTask, asyncio.Future[int | None]]]) -> None:
         for task, done in batch:
