@@ -225,3 +225,25 @@ def test_rejects_nonsense_limits(base_settings: Settings) -> None:
             TASKS_ROUTE: (0.0, 10)}))
     with pytest.raises(ValueError, match="burst >= 1"):
         RateLimiter(aioredis.Redis(), limited(base_settings, ratelimit_burst=0))
+
+
+async def test_requests_that_meet_share_one_script_call_and_each_sees_the_last(
+        base_settings: Settings, redis_client: aioredis.Redis, uniq: str) -> None:
+    # A bucket that refills once in 100 s: what the six hits get is the burst alone.
+    limiter = RateLimiter(redis_client, limited(base_settings, ratelimit_rate=0.01,
+                                                ratelimit_burst=3))
+    agent, other = f"meet-{uniq}@t", f"meet-other-{uniq}@t"
+
+    hits = [limiter.hit(agent, TASKS_ROUTE) for _ in range(5)] + [limiter.hit(other, TASKS_ROUTE)]
+    decisions = await asyncio.gather(*hits)
+
+    # The first goes out alone; the five that arrive while it is out go together.
+    assert limiter.takes_per_call == [1, 5]
+    mine = decisions[:5]
+    assert [d.allowed for d in mine] == [True, True, True, False, False]
+    assert [d.remaining for d in mine[:3]] == [2, 1, 0]
+    assert all(d.retry_after > 1 for d in mine[3:])
+    assert decisions[5].allowed and decisions[5].remaining == 2
+    # One clock and one epoch for a call's buckets.
+    assert len({d.server_time for d in decisions[1:]}) == 1
+    assert len({d.epoch for d in decisions}) == 1

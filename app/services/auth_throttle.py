@@ -40,7 +40,7 @@ from redis.exceptions import RedisError
 from app.platform.errors import Problem
 from app.platform.metrics import AUTH_THROTTLED
 from app.platform.settings import Settings
-from app.platform.token_bucket import TOKEN_BUCKET_LUA
+from app.platform.token_bucket import TOKEN_BUCKET_LUA, bucket_args
 
 log = logging.getLogger(__name__)
 
@@ -96,8 +96,8 @@ class AuthThrottle:
         rate, burst = self.limits[name]
         try:
             async with asyncio.timeout(self.timeout):
-                allowed, retry_us, *_ = await self._script(
-                    keys=[f"{KEY_PREFIX}{name}:{_digest(who)}"], args=[repr(rate), burst, cost])
+                _, _, allowed, retry_us, _ = await self._script(
+                    keys=[f"{KEY_PREFIX}{name}:{_digest(who)}"], args=bucket_args(rate, burst, cost))
         except (RedisError, OSError, TimeoutError) as exc:
             self._warn_fail_open(exc)
             return None

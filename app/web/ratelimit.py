@@ -1,7 +1,9 @@
 """Per-agent token bucket in Redis: default 50 req/s, burst 100.
 
 One Lua script does read-refill-take-write atomically, so any number of web
-processes share one bucket per agent without races. The script reads the clock
+processes share one bucket per agent without races. The requests that meet on
+one web process take their tokens in one script call (app.platform.coalescer):
+one round trip while another is out, not one each. The script reads the clock
 with Redis ``TIME``: every process then measures refill on the same clock, and
 a web host whose clock is skewed cannot mint or withhold tokens.
 
@@ -31,16 +33,18 @@ from redis.exceptions import RedisError
 from starlette.responses import Response
 
 from app.delivery.protocol import CACHE_EPOCH_KEY
+from app.platform.coalescer import Coalescer
 from app.platform.errors import Problem, problem_response
 from app.platform.metrics import RATELIMIT_REJECTED
 from app.platform.settings import Settings
-from app.platform.token_bucket import TOKEN_BUCKET_LUA
+from app.platform.token_bucket import TOKEN_BUCKET_LUA, bucket_args
 
 log = logging.getLogger(__name__)
 
 KEY_PREFIX = "mesh:rl:"
 
-
+# Takes that meet go in one script call of at most this many buckets.
+MAX_TAKES_PER_CALL = 64
 
 # Fail-open warnings are repeated at most this often per limiter.
 FAIL_OPEN_LOG_INTERVAL_SECONDS = 5.0
@@ -62,6 +66,13 @@ class Decision:
     fail_open: bool = False
     # The cache epoch read with the bucket (app.delivery.protocol.CACHE_EPOCH_KEY); -1: unknown.
     epoch: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class _Take:
+    key: str
+    rate: float
+    burst: int
 
 
 def route_key(method: str, path_template: str) -> str:
@@ -87,7 +98,14 @@ class RateLimiter:
         # register_script: EVALSHA, and a transparent SCRIPT LOAD after a Redis
         # restart or failover empties the script cache (NOSCRIPT).
         self._script = redis.register_script(TOKEN_BUCKET_LUA)
+        self._takes: Coalescer[_Take, Decision] = Coalescer(
+            self._take, max_batch=MAX_TAKES_PER_CALL, in_flight=1)
         self._last_warning = -math.inf
+
+    @property
+    def takes_per_call(self) -> list[int]:
+        """How many buckets the latest script calls took from, oldest first."""
+        return list(self._takes.sizes)
 
     def limits_for(self, route: str) -> tuple[float, int, str]:
         """(rate, burst, bucket key suffix) for a route key."""
@@ -104,19 +122,28 @@ class RateLimiter:
             return Decision(True, 0.0, burst, burst, rate)
         try:
             async with asyncio.timeout(self.timeout):
-                raw = await self._script(keys=[KEY_PREFIX + agent_id + suffix, CACHE_EPOCH_KEY],
-                                         args=[repr(rate), burst])
+                decision = await self._takes.submit(_Take(KEY_PREFIX + agent_id + suffix,
+                                                          rate, burst))
         except (RedisError, OSError, TimeoutError) as exc:
             self._warn_fail_open(exc)
             return Decision(True, 0.0, burst, burst, rate, fail_open=True)
-        allowed, retry_us, remaining, now_us, epoch = (int(v) for v in raw)
-        decision = Decision(
-            allowed=bool(allowed), retry_after=retry_us / 1e6, remaining=remaining,
-            limit=burst, rate=rate, server_time=now_us / 1e6, epoch=epoch,
-        )
         if not decision.allowed:
             RATELIMIT_REJECTED.inc()
         return decision
+
+    async def _take(self, takes: list[_Take]) -> list[Decision]:
+        """One token from each bucket, in order, in one script call."""
+        args = [a for take in takes for a in bucket_args(take.rate, take.burst, 1)]
+        async with asyncio.timeout(self.timeout):  # a hung call must free the slot
+            raw = await self._script(keys=[take.key for take in takes] + [CACHE_EPOCH_KEY],
+                                     args=args)
+        now_us, epoch, *each = (int(v) for v in raw)
+        return [
+            Decision(allowed=bool(each[3 * i]), retry_after=each[3 * i + 1] / 1e6,
+                     remaining=each[3 * i + 2], limit=take.burst, rate=take.rate,
+                     server_time=now_us / 1e6, epoch=epoch)
+            for i, take in enumerate(takes)
+        ]
 
     def _warn_fail_open(self, exc: BaseException) -> None:
         now = time.monotonic()
