@@ -80,6 +80,26 @@ def _postgres(runs: list[WrkRun], hot: list[UpdateCounts], tables: list[TableFac
     return out
 
 
+def best_to_best(runs: list[WrkRun], lean: list[PgbenchRun]) -> str:
+    """The stricter reading of the ratio target: the best send rate within the p99
+    target against pgbench's best lean rate at any concurrency (as bench/run.py
+    compares), not only against pgbench at the same concurrency."""
+    if not lean:
+        return "No pgbench lean run to compare with."
+    top = max(lean, key=lambda r: r.tps)
+    within = [r for r in runs if r.p99_ms <= TARGET_P99_MS]
+    if not within:
+        return (f"No level kept p99 within {TARGET_P99_MS:.0f} ms; pgbench lean's best was "
+                f"{fmt(top.tps, '/s')} at {top.clients} clients.")
+    best = max(within, key=lambda r: r.rate)
+    ratio = best.rate / top.tps
+    verdict = "met" if ratio >= TARGET_RATIO else "**missed**"
+    return (f"Best within p99 ≤ {TARGET_P99_MS:.0f} ms: {fmt(best.rate, '/s')} at "
+            f"c={best.connections} (p99 {fmt(best.p99_ms, 'ms')}) ÷ pgbench lean's best at any "
+            f"level, {fmt(top.tps, '/s')} at {top.clients} clients = {fmt_ratio(ratio)} "
+            f"(target ≥ {TARGET_RATIO}×: {verdict}).")
+
+
 def render(facts: dict[str, str], args: argparse.Namespace, runs: list[WrkRun],
            checks: list[tuple[int, float, float]], pg: list[tuple[str, PgbenchRun]],
            hot: list[UpdateCounts], tables: list[TableFacts], plan: str) -> str:
@@ -102,6 +122,7 @@ def render(facts: dict[str, str], args: argparse.Namespace, runs: list[WrkRun],
             f"| {fmt_ratio(r_real)} | {fmt(_stack_cpu_ms(run), 'ms', 2)} "
             f"| ≥ {TARGET_RATIO}× lean, p99 ≤ {TARGET_P99_MS:.0f} ms; CPU ≤ {TARGET_CPU_MS} ms "
             f"| {'met' if met and _stack_cpu_ms(run) <= TARGET_CPU_MS else '**missed**'} |")
+    out += ["", best_to_best(runs, [r for v, r in pg if v == "lean"])]
     out += ["", "## Counted", "",
             "| connections | 201s | rows written | other statuses | socket errors | outbox drained after "
             "| create statements | creates per statement |",
