@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from bench.blackbox_pg import TableFacts, UpdateCounts
+from bench.report import verdict
 from bench.scenarios.pgbench import PgbenchRun
 from bench.stats import fmt, fmt_ratio
 from bench.wrk_run import WrkRun
@@ -93,11 +94,10 @@ def best_to_best(runs: list[WrkRun], lean: list[PgbenchRun]) -> str:
                 f"{fmt(top.tps, '/s')} at {top.clients} clients.")
     best = max(within, key=lambda r: r.rate)
     ratio = best.rate / top.tps
-    verdict = "met" if ratio >= TARGET_RATIO else "**missed**"
     return (f"Best within p99 ≤ {TARGET_P99_MS:.0f} ms: {fmt(best.rate, '/s')} at "
             f"c={best.connections} (p99 {fmt(best.p99_ms, 'ms')}) ÷ pgbench lean's best at any "
             f"level, {fmt(top.tps, '/s')} at {top.clients} clients = {fmt_ratio(ratio)} "
-            f"(target ≥ {TARGET_RATIO}×: {verdict}).")
+            f"(target ≥ {TARGET_RATIO}×: {verdict(ratio >= TARGET_RATIO)}).")
 
 
 def render(facts: dict[str, str], args: argparse.Namespace, runs: list[WrkRun],
@@ -121,7 +121,7 @@ def render(facts: dict[str, str], args: argparse.Namespace, runs: list[WrkRun],
             f"{fmt(run.p99_ms, 'ms')} | {fmt(lean.tps)} | {fmt(real.tps)} | {fmt_ratio(r_lean)} "
             f"| {fmt_ratio(r_real)} | {fmt(_stack_cpu_ms(run), 'ms', 2)} "
             f"| ≥ {TARGET_RATIO}× lean, p99 ≤ {TARGET_P99_MS:.0f} ms; CPU ≤ {TARGET_CPU_MS} ms "
-            f"| {'met' if met and _stack_cpu_ms(run) <= TARGET_CPU_MS else '**missed**'} |")
+            f"| {verdict(met and _stack_cpu_ms(run) <= TARGET_CPU_MS)} |")
     out += ["", best_to_best(runs, [r for v, r in pg if v == "lean"])]
     out += ["", "## Counted", "",
             "| connections | 201s | rows written | other statuses | socket errors | outbox drained after "

@@ -30,3 +30,9 @@ def test_the_best_rate_within_the_p99_target_is_set_against_pgbenchs_best_level(
 def test_no_level_within_the_p99_target_says_so() -> None:
     line = best_to_best([_wrk(32, 18_000, 60.0)], [_pg(32, 3_000.0)])
     assert line.startswith("No level kept p99 within 50 ms")
+
+
+def test_a_best_under_half_of_pgbenchs_best_is_missed_even_if_its_own_level_passes() -> None:
+    # 1,600/s is 0.53x of pgbench at 32 clients but 0.44x of its best level
+    line = best_to_best([_wrk(32, 16_000, 40.0)], [_pg(16, 3_600.0), _pg(32, 3_000.0)])
+    assert "0.44×" in line and "**missed**" in line
