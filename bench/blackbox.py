@@ -220,10 +220,12 @@ async def _measure(args: argparse.Namespace, work: Path) -> Measured:
         checks: list[tuple[int, float, float]] = []
         pg_runs: list[tuple[str, pgbench.PgbenchRun]] = []
         hot: list[blackbox_pg.UpdateCounts] = []
+        upkeep: list[blackbox_pg.Maintenance] = []
         for c in levels:
             run_id = uuid.uuid4().hex[:8]
             print(f"blackbox: wrk at c={c} ...", file=sys.stderr)
             before = await blackbox_pg.counter_updates(DATABASE_URL)
+            kept_before = await blackbox_pg.maintenance(DATABASE_URL)
             statements_before = await _create_statements(base)
             run = await wrk_run.run(base, cast_file, run_id, connections=c, seconds=args.seconds,
                                     meter=stack_meter(proc.pid, args.procfile))
@@ -231,6 +233,7 @@ async def _measure(args: argparse.Namespace, work: Path) -> Measured:
             written = await _written(run_id)
             statements = await _create_statements(base) - statements_before
             after = await blackbox_pg.counter_updates(DATABASE_URL)
+            upkeep.append(await blackbox_pg.maintenance(DATABASE_URL) - kept_before)
             mesh_runs.append(run)
             checks.append((written, drained, statements))
             hot.append(blackbox_pg.UpdateCounts(after.updates - before.updates, after.hot - before.hot))
@@ -243,7 +246,7 @@ async def _measure(args: argparse.Namespace, work: Path) -> Measured:
             await pgbench.cleanup(DATABASE_URL)
         plan = await blackbox_pg.explain_create(DATABASE_URL, args.senders, args.recipients)
         tables = await blackbox_pg.tables(DATABASE_URL)
-    return mesh_runs, checks, pg_runs, hot, tables, plan
+    return mesh_runs, checks, pg_runs, hot, upkeep, tables, plan
 
 
 def cli() -> None:

@@ -60,6 +60,31 @@ async def counter_updates(url: str) -> UpdateCounts:
         await conn.close()
 
 
+@dataclass(frozen=True)
+class Maintenance:
+    """Autovacuum and autoanalyze runs finished per send table (counters from
+    pg_stat_user_tables, so a run still going when read is not in them)."""
+
+    vacuums: dict[str, int]
+    analyzes: dict[str, int]
+
+    def __sub__(self, before: Maintenance) -> Maintenance:
+        return Maintenance({t: n - before.vacuums.get(t, 0) for t, n in self.vacuums.items()},
+                           {t: n - before.analyzes.get(t, 0) for t, n in self.analyzes.items()})
+
+
+async def maintenance(url: str) -> Maintenance:
+    conn = await asyncpg.connect(url)
+    try:
+        rows = await conn.fetch(
+            "SELECT relname, autovacuum_count, autoanalyze_count FROM pg_stat_user_tables "
+            "WHERE relname = ANY($1::text[])", list(SEND_TABLES))
+        return Maintenance({r["relname"]: int(r["autovacuum_count"]) for r in rows},
+                           {r["relname"]: int(r["autoanalyze_count"]) for r in rows})
+    finally:
+        await conn.close()
+
+
 def _create_sql(n_senders: int, n_recipients: int) -> str:
     """The real write set's statement with its pgbench variables given values."""
     text = pgbench.script(n_senders, n_recipients, "real")

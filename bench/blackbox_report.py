@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from bench.blackbox_pg import TableFacts, UpdateCounts
+from bench.blackbox_pg import Maintenance, TableFacts, UpdateCounts
 from bench.report import verdict
 from bench.scenarios.pgbench import PgbenchRun
 from bench.stats import fmt, fmt_ratio
@@ -12,9 +12,10 @@ from bench.wrk_run import WrkRun
 
 # What a black-box run measured, in render's order: wrk runs, (rows written, outbox
 # drain seconds, the web's create statements) per run, pgbench runs by write set,
-# counter updates per run, the send's tables, the create statement's plan.
+# counter updates and autovacuum runs per run, the send's tables, the create
+# statement's plan.
 Measured = tuple[list[WrkRun], list[tuple[int, float, float]], list[tuple[str, PgbenchRun]],
-                 list[UpdateCounts], list[TableFacts], str]
+                 list[UpdateCounts], list[Maintenance], list[TableFacts], str]
 
 TARGET_RATIO = 0.5      # accepted sends ≥ half of pgbench's lean transactions …
 TARGET_P99_MS = 50.0    # … with p99 ≤ 50 ms
@@ -65,8 +66,18 @@ def _pg_cpu_ms(pg: PgbenchRun) -> float:
     return 1000 * pg.cpu.usage["postgres"].cpu / pg.transactions
 
 
-def _postgres(runs: list[WrkRun], hot: list[UpdateCounts], tables: list[TableFacts],
-              plan: str) -> list[str]:
+def autovacuum_lines(runs: list[WrkRun], upkeep: list[Maintenance]) -> list[str]:
+    out = ["", "Autovacuum and autoanalyze runs that finished during each wrk run and its "
+           "drain, by table (a vacuum of a send table under load is a suspect for the tail):", ""]
+    for run, m in zip(runs, upkeep, strict=True):
+        done = [f"{t} {m.vacuums[t]} vacuum(s)" for t in m.vacuums if m.vacuums[t]]
+        done += [f"{t} {m.analyzes[t]} analyze(s)" for t in m.analyzes if m.analyzes[t]]
+        out.append(f"- c={run.connections}: {', '.join(done) or 'none'}")
+    return out
+
+
+def _postgres(runs: list[WrkRun], hot: list[UpdateCounts], upkeep: list[Maintenance],
+              tables: list[TableFacts], plan: str) -> list[str]:
     out = ["", "## What a send writes in Postgres", "",
            "| table | indexes | foreign keys | fillfactor |", "|---|---|---|---|"]
     out += [f"| {t.table} | {len(t.indexes)}: {', '.join(t.indexes)} | {t.foreign_keys} | {t.fillfactor} |"
@@ -76,6 +87,7 @@ def _postgres(runs: list[WrkRun], hot: list[UpdateCounts], tables: list[TableFac
     for run, h in zip(runs, hot, strict=True):
         share = f"{100 * h.hot / h.updates:.0f} %" if h.updates else "n/a"
         out.append(f"- c={run.connections}: {h.updates} updates, {h.hot} HOT ({share})")
+    out += autovacuum_lines(runs, upkeep)
     out += ["", "The gateway's create statement for one task, `EXPLAIN (ANALYZE, BUFFERS)` "
             "on the stack's Postgres after the runs (rolled back):", "", "```", plan, "```"]
     return out
@@ -102,7 +114,8 @@ def best_to_best(runs: list[WrkRun], lean: list[PgbenchRun]) -> str:
 
 def render(facts: dict[str, str], args: argparse.Namespace, runs: list[WrkRun],
            checks: list[tuple[int, float, float]], pg: list[tuple[str, PgbenchRun]],
-           hot: list[UpdateCounts], tables: list[TableFacts], plan: str) -> str:
+           hot: list[UpdateCounts], upkeep: list[Maintenance], tables: list[TableFacts],
+           plan: str) -> str:
     by_level = {(v, r.clients): r for v, r in pg}
     out = ["# Black-box bench — `make run`'s stack under wrk, next to pgbench", "",
            "| machine | |", "|---|---|", *[f"| {k} | {v} |" for k, v in facts.items()],
@@ -151,7 +164,7 @@ def render(facts: dict[str, str], args: argparse.Namespace, runs: list[WrkRun],
     for run in runs:
         out += ["", f"## CPU per send by process, c={run.connections}", "",
                 "| process | CPU ms per send | share of one core |", "|---|---|---|", *_cpu_rows(run)]
-    out += _postgres(runs, hot, tables, plan)
+    out += _postgres(runs, hot, upkeep, tables, plan)
     out += ["", "## How this stack differs from bench/run.py's", "",
             *[f"- {d}" for d in DIFFERENCES],
             "", "## Method", "",

@@ -1,8 +1,10 @@
-"""The black-box report's best-to-best line: the stricter reading of the ratio target."""
+"""The black-box report's best-to-best line (the stricter reading of the ratio target)
+and its autovacuum lines."""
 
 from __future__ import annotations
 
-from bench.blackbox_report import best_to_best
+from bench.blackbox_pg import Maintenance
+from bench.blackbox_report import autovacuum_lines, best_to_best
 from bench.scenarios.pgbench import PgbenchRun
 from bench.stats import Dist
 from bench.wrk_run import WrkRun
@@ -36,3 +38,12 @@ def test_a_best_under_half_of_pgbenchs_best_is_missed_even_if_its_own_level_pass
     # 1,600/s is 0.53x of pgbench at 32 clients but 0.44x of its best level
     line = best_to_best([_wrk(32, 16_000, 40.0)], [_pg(16, 3_600.0), _pg(32, 3_000.0)])
     assert "0.44×" in line and "**missed**" in line
+
+
+def test_autovacuum_lines_count_what_finished_during_each_run_by_table() -> None:
+    start = Maintenance({"tasks": 3, "inbox_events": 1}, {"tasks": 5, "inbox_events": 2})
+    after_16 = Maintenance({"tasks": 3, "inbox_events": 1}, {"tasks": 5, "inbox_events": 2})
+    after_32 = Maintenance({"tasks": 4, "inbox_events": 1}, {"tasks": 5, "inbox_events": 4})
+    lines = autovacuum_lines([_wrk(16, 1, 1.0), _wrk(32, 1, 1.0)], [after_16 - start, after_32 - after_16])
+    assert lines[-2] == "- c=16: none"
+    assert lines[-1] == "- c=32: tasks 1 vacuum(s), inbox_events 2 analyze(s)"
