@@ -116,7 +116,10 @@ def render(facts: dict[str, str], args: argparse.Namespace, runs: list[WrkRun],
            checks: list[tuple[int, float, float]], pg: list[tuple[str, PgbenchRun]],
            hot: list[UpdateCounts], upkeep: list[Maintenance], tables: list[TableFacts],
            plan: str) -> str:
-    by_level = {(v, r.clients): r for v, r in pg}
+    # pgbench ran after each level, its write sets in turn: group them by level, not
+    # by client count, so a level repeated in one sitting keeps its own pgbench.
+    per_level = len(pg) // len(runs)
+    levels = [dict(pg[i * per_level:(i + 1) * per_level]) for i in range(len(runs))]
     out = ["# Black-box bench — `make run`'s stack under wrk, next to pgbench", "",
            "| machine | |", "|---|---|", *[f"| {k} | {v} |" for k, v in facts.items()],
            f"| cast | {args.senders} senders → {args.recipients} recipients, one group |",
@@ -125,8 +128,8 @@ def render(facts: dict[str, str], args: argparse.Namespace, runs: list[WrkRun],
            "| connections | accepted sends/s | p50 / p99 | pgbench lean tx/s | pgbench real tx/s "
            "| ÷ lean | ÷ real | CPU per send | target | verdict |",
            "|---|---|---|---|---|---|---|---|---|---|"]
-    for run in runs:
-        lean, real = by_level[("lean", run.connections)], by_level[("real", run.connections)]
+    for run, level in zip(runs, levels, strict=True):
+        lean, real = level["lean"], level["real"]
         r_lean, r_real = run.rate / lean.tps, run.rate / real.tps
         met = r_lean >= TARGET_RATIO and run.p99_ms <= TARGET_P99_MS
         out.append(

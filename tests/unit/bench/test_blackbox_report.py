@@ -3,8 +3,10 @@ and its autovacuum lines."""
 
 from __future__ import annotations
 
-from bench.blackbox_pg import Maintenance
-from bench.blackbox_report import autovacuum_lines, best_to_best
+import argparse
+
+from bench.blackbox_pg import Maintenance, UpdateCounts
+from bench.blackbox_report import autovacuum_lines, best_to_best, render
 from bench.scenarios.pgbench import PgbenchRun
 from bench.stats import Dist
 from bench.wrk_run import WrkRun
@@ -47,3 +49,16 @@ def test_autovacuum_lines_count_what_finished_during_each_run_by_table() -> None
     lines = autovacuum_lines([_wrk(16, 1, 1.0), _wrk(32, 1, 1.0)], [after_16 - start, after_32 - after_16])
     assert lines[-2] == "- c=16: none"
     assert lines[-1] == "- c=32: tasks 1 vacuum(s), inbox_events 2 analyze(s)"
+
+
+def test_a_level_repeated_in_one_sitting_is_set_against_its_own_pgbench() -> None:
+    runs = [_wrk(32, 15_000, 40.0), _wrk(32, 12_000, 80.0)]
+    pg = [("lean", _pg(32, 3_000.0)), ("split", _pg(32, 2_000.0)), ("real", _pg(32, 1_500.0)),
+          ("lean", _pg(32, 2_400.0)), ("split", _pg(32, 1_600.0)), ("real", _pg(32, 1_200.0))]
+    args = argparse.Namespace(senders=100, recipients=10, seconds=10.0)
+    text = render({}, args, runs, [(15_000, 0.0, 1.0), (12_000, 0.0, 1.0)], pg,
+                  [UpdateCounts(0, 0)] * 2, [Maintenance({}, {})] * 2, [], "")
+    rows = [line for line in text.splitlines() if line.startswith("| 32 | 1,")]
+    # 1,500/s against the first level's 3,000 lean tx/s; 1,200/s against the second's 2,400
+    assert "| 3,000 | 1,500 | 0.50× | 1.00× |" in rows[0]
+    assert "| 2,400 | 1,200 | 0.50× | 1.00× |" in rows[1]
