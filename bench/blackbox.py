@@ -220,12 +220,12 @@ async def _measure(args: argparse.Namespace, work: Path) -> Measured:
         checks: list[tuple[int, float, float]] = []
         pg_runs: list[tuple[str, pgbench.PgbenchRun]] = []
         hot: list[blackbox_pg.UpdateCounts] = []
-        upkeep: list[blackbox_pg.Maintenance] = []
+        upkeep: list[blackbox_pg.Upkeep] = []
         for c in levels:
             run_id = uuid.uuid4().hex[:8]
             print(f"blackbox: wrk at c={c} ...", file=sys.stderr)
             before = await blackbox_pg.counter_updates(DATABASE_URL)
-            kept_before = await blackbox_pg.maintenance(DATABASE_URL)
+            kept_before = await blackbox_pg.upkeep(DATABASE_URL)
             statements_before = await _create_statements(base)
             run = await wrk_run.run(base, cast_file, run_id, connections=c, seconds=args.seconds,
                                     meter=stack_meter(proc.pid, args.procfile))
@@ -233,7 +233,7 @@ async def _measure(args: argparse.Namespace, work: Path) -> Measured:
             written = await _written(run_id)
             statements = await _create_statements(base) - statements_before
             after = await blackbox_pg.counter_updates(DATABASE_URL)
-            upkeep.append(await blackbox_pg.maintenance(DATABASE_URL) - kept_before)
+            upkeep.append(await blackbox_pg.upkeep(DATABASE_URL) - kept_before)
             mesh_runs.append(run)
             checks.append((written, drained, statements))
             hot.append(blackbox_pg.UpdateCounts(after.updates - before.updates, after.hot - before.hot))

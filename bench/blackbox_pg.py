@@ -61,26 +61,46 @@ async def counter_updates(url: str) -> UpdateCounts:
 
 
 @dataclass(frozen=True)
-class Maintenance:
-    """Autovacuum and autoanalyze runs finished per send table (counters from
-    pg_stat_user_tables, so a run still going when read is not in them)."""
+class Upkeep:
+    """What Postgres did beside the statements, as counters (differences of two
+    readings are a level's): autovacuum and autoanalyze runs finished per send
+    table (pg_stat_user_tables), the client backends' own buffer writes, evictions
+    and reads (pg_stat_io: a backend that must write a dirty page before it can
+    read another waits for it), checkpoints, and WAL written. Other backends report
+    theirs within about a second, so these are approximate."""
 
     vacuums: dict[str, int]
     analyzes: dict[str, int]
+    backend_writes: int = 0
+    evictions: int = 0
+    reads: int = 0
+    checkpoints: int = 0
+    wal_bytes: int = 0
 
-    def __sub__(self, before: Maintenance) -> Maintenance:
-        return Maintenance({t: n - before.vacuums.get(t, 0) for t, n in self.vacuums.items()},
-                           {t: n - before.analyzes.get(t, 0) for t, n in self.analyzes.items()})
+    def __sub__(self, before: Upkeep) -> Upkeep:
+        return Upkeep({t: n - before.vacuums.get(t, 0) for t, n in self.vacuums.items()},
+                      {t: n - before.analyzes.get(t, 0) for t, n in self.analyzes.items()},
+                      self.backend_writes - before.backend_writes,
+                      self.evictions - before.evictions, self.reads - before.reads,
+                      self.checkpoints - before.checkpoints, self.wal_bytes - before.wal_bytes)
 
 
-async def maintenance(url: str) -> Maintenance:
+async def upkeep(url: str) -> Upkeep:
     conn = await asyncpg.connect(url)
     try:
-        rows = await conn.fetch(
+        tables = await conn.fetch(
             "SELECT relname, autovacuum_count, autoanalyze_count FROM pg_stat_user_tables "
             "WHERE relname = ANY($1::text[])", list(SEND_TABLES))
-        return Maintenance({r["relname"]: int(r["autovacuum_count"]) for r in rows},
-                           {r["relname"]: int(r["autoanalyze_count"]) for r in rows})
+        io = await conn.fetchrow(
+            "SELECT coalesce(sum(writes), 0) AS writes, coalesce(sum(evictions), 0) AS evictions, "
+            "coalesce(sum(reads), 0) AS reads FROM pg_stat_io "
+            "WHERE backend_type = 'client backend' AND object = 'relation'")
+        checkpoints = await conn.fetchval("SELECT num_timed + num_requested FROM pg_stat_checkpointer")
+        wal = await conn.fetchval("SELECT wal_bytes FROM pg_stat_wal")
+        return Upkeep({r["relname"]: int(r["autovacuum_count"]) for r in tables},
+                      {r["relname"]: int(r["autoanalyze_count"]) for r in tables},
+                      int(io["writes"]), int(io["evictions"]), int(io["reads"]),
+                      int(checkpoints), int(wal))
     finally:
         await conn.close()
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from bench.blackbox_pg import Maintenance, TableFacts, UpdateCounts
+from bench.blackbox_pg import TableFacts, UpdateCounts, Upkeep
 from bench.report import verdict
 from bench.scenarios.pgbench import PgbenchRun
 from bench.stats import fmt, fmt_ratio
@@ -15,7 +15,7 @@ from bench.wrk_run import WrkRun
 # counter updates and autovacuum runs per run, the send's tables, the create
 # statement's plan.
 Measured = tuple[list[WrkRun], list[tuple[int, float, float]], list[tuple[str, PgbenchRun]],
-                 list[UpdateCounts], list[Maintenance], list[TableFacts], str]
+                 list[UpdateCounts], list[Upkeep], list[TableFacts], str]
 
 TARGET_RATIO = 0.5      # accepted sends ≥ half of pgbench's lean transactions …
 TARGET_P99_MS = 50.0    # … with p99 ≤ 50 ms
@@ -66,17 +66,20 @@ def _pg_cpu_ms(pg: PgbenchRun) -> float:
     return 1000 * pg.cpu.usage["postgres"].cpu / pg.transactions
 
 
-def autovacuum_lines(runs: list[WrkRun], upkeep: list[Maintenance]) -> list[str]:
-    out = ["", "Autovacuum and autoanalyze runs that finished during each wrk run and its "
-           "drain, by table (a vacuum of a send table under load is a suspect for the tail):", ""]
-    for run, m in zip(runs, upkeep, strict=True):
-        done = [f"{t} {m.vacuums[t]} vacuum(s)" for t in m.vacuums if m.vacuums[t]]
-        done += [f"{t} {m.analyzes[t]} analyze(s)" for t in m.analyzes if m.analyzes[t]]
-        out.append(f"- c={run.connections}: {', '.join(done) or 'none'}")
+def upkeep_lines(runs: list[WrkRun], upkeep: list[Upkeep]) -> list[str]:
+    out = ["", "What Postgres did beside the statements during each wrk run and its drain "
+           "(suspects for a tail: autovacuum of a send table, a backend writing dirty pages "
+           "before it can read, a checkpoint):", ""]
+    for run, u in zip(runs, upkeep, strict=True):
+        done = [f"{t} {u.vacuums[t]} vacuum(s)" for t in u.vacuums if u.vacuums[t]]
+        done += [f"{t} {u.analyzes[t]} analyze(s)" for t in u.analyzes if u.analyzes[t]]
+        out.append(f"- c={run.connections}: autovacuum {', '.join(done) or 'none'}; client "
+                   f"backends wrote {u.backend_writes} buffers, evicted {u.evictions}, read "
+                   f"{u.reads}; {u.checkpoints} checkpoint(s); WAL {u.wal_bytes / 2**20:.0f} MB")
     return out
 
 
-def _postgres(runs: list[WrkRun], hot: list[UpdateCounts], upkeep: list[Maintenance],
+def _postgres(runs: list[WrkRun], hot: list[UpdateCounts], upkeep: list[Upkeep],
               tables: list[TableFacts], plan: str) -> list[str]:
     out = ["", "## What a send writes in Postgres", "",
            "| table | indexes | foreign keys | fillfactor |", "|---|---|---|---|"]
@@ -87,7 +90,7 @@ def _postgres(runs: list[WrkRun], hot: list[UpdateCounts], upkeep: list[Maintena
     for run, h in zip(runs, hot, strict=True):
         share = f"{100 * h.hot / h.updates:.0f} %" if h.updates else "n/a"
         out.append(f"- c={run.connections}: {h.updates} updates, {h.hot} HOT ({share})")
-    out += autovacuum_lines(runs, upkeep)
+    out += upkeep_lines(runs, upkeep)
     out += ["", "The gateway's create statement for one task, `EXPLAIN (ANALYZE, BUFFERS)` "
             "on the stack's Postgres after the runs (rolled back):", "", "```", plan, "```"]
     return out
@@ -114,7 +117,7 @@ def best_to_best(runs: list[WrkRun], lean: list[PgbenchRun]) -> str:
 
 def render(facts: dict[str, str], args: argparse.Namespace, runs: list[WrkRun],
            checks: list[tuple[int, float, float]], pg: list[tuple[str, PgbenchRun]],
-           hot: list[UpdateCounts], upkeep: list[Maintenance], tables: list[TableFacts],
+           hot: list[UpdateCounts], upkeep: list[Upkeep], tables: list[TableFacts],
            plan: str) -> str:
     # pgbench ran after each level, its write sets in turn: group them by level, not
     # by client count, so a level repeated in one sitting keeps its own pgbench.

@@ -1,12 +1,12 @@
 """The black-box report's best-to-best line (the stricter reading of the ratio target)
-and its autovacuum lines."""
+and its upkeep lines."""
 
 from __future__ import annotations
 
 import argparse
 
-from bench.blackbox_pg import Maintenance, UpdateCounts
-from bench.blackbox_report import autovacuum_lines, best_to_best, render
+from bench.blackbox_pg import UpdateCounts, Upkeep
+from bench.blackbox_report import best_to_best, render, upkeep_lines
 from bench.scenarios.pgbench import PgbenchRun
 from bench.stats import Dist
 from bench.wrk_run import WrkRun
@@ -42,13 +42,17 @@ def test_a_best_under_half_of_pgbenchs_best_is_missed_even_if_its_own_level_pass
     assert "0.44×" in line and "**missed**" in line
 
 
-def test_autovacuum_lines_count_what_finished_during_each_run_by_table() -> None:
-    start = Maintenance({"tasks": 3, "inbox_events": 1}, {"tasks": 5, "inbox_events": 2})
-    after_16 = Maintenance({"tasks": 3, "inbox_events": 1}, {"tasks": 5, "inbox_events": 2})
-    after_32 = Maintenance({"tasks": 4, "inbox_events": 1}, {"tasks": 5, "inbox_events": 4})
-    lines = autovacuum_lines([_wrk(16, 1, 1.0), _wrk(32, 1, 1.0)], [after_16 - start, after_32 - after_16])
-    assert lines[-2] == "- c=16: none"
-    assert lines[-1] == "- c=32: tasks 1 vacuum(s), inbox_events 2 analyze(s)"
+def test_upkeep_lines_count_what_finished_during_each_run_by_table() -> None:
+    start = Upkeep({"tasks": 3, "inbox_events": 1}, {"tasks": 5, "inbox_events": 2})
+    after_16 = Upkeep({"tasks": 3, "inbox_events": 1}, {"tasks": 5, "inbox_events": 2})
+    after_32 = Upkeep({"tasks": 4, "inbox_events": 1}, {"tasks": 5, "inbox_events": 4},
+                      backend_writes=700, evictions=900, reads=50, checkpoints=1,
+                      wal_bytes=3 * 2**20)
+    lines = upkeep_lines([_wrk(16, 1, 1.0), _wrk(32, 1, 1.0)], [after_16 - start, after_32 - after_16])
+    assert lines[-2].startswith("- c=16: autovacuum none; client backends wrote 0 buffers")
+    assert lines[-1] == ("- c=32: autovacuum tasks 1 vacuum(s), inbox_events 2 analyze(s); "
+                         "client backends wrote 700 buffers, evicted 900, read 50; "
+                         "1 checkpoint(s); WAL 3 MB")
 
 
 def test_a_level_repeated_in_one_sitting_is_set_against_its_own_pgbench() -> None:
@@ -57,7 +61,7 @@ def test_a_level_repeated_in_one_sitting_is_set_against_its_own_pgbench() -> Non
           ("lean", _pg(32, 2_400.0)), ("split", _pg(32, 1_600.0)), ("real", _pg(32, 1_200.0))]
     args = argparse.Namespace(senders=100, recipients=10, seconds=10.0)
     text = render({}, args, runs, [(15_000, 0.0, 1.0), (12_000, 0.0, 1.0)], pg,
-                  [UpdateCounts(0, 0)] * 2, [Maintenance({}, {})] * 2, [], "")
+                  [UpdateCounts(0, 0)] * 2, [Upkeep({}, {})] * 2, [], "")
     rows = [line for line in text.splitlines() if line.startswith("| 32 | 1,")]
     # 1,500/s against the first level's 3,000 lean tx/s; 1,200/s against the second's 2,400
     assert "| 3,000 | 1,500 | 0.50× | 1.00× |" in rows[0]
