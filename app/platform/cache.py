@@ -4,6 +4,12 @@ Entries are evicted least-recently-used past ``max_entries`` and expire after
 ``ttl`` seconds (a safety net: the notices are what keeps entries right). Each
 entry carries a tag (the agent it is about) so one notice drops only its own.
 
+An entry lives a random share of the TTL, between half of it and all of it: the
+entries loaded together (every sender's first request after a start, or after a
+quiet minute) would otherwise expire together and be loaded again together — a
+burst of Postgres look-ups, every TTL, in the middle of the traffic. The TTL
+stays the bound on how long a lost notice can leave an entry wrong.
+
 Loads race with invalidations: a lookup reads Postgres, a notice arrives
 while it waits, then the lookup would store what it read before the change.
 So every invalidation bumps a generation counter, a load notes the generation
@@ -14,6 +20,7 @@ subscription is down, so notices may be lost) bypasses the cache entirely.
 
 from __future__ import annotations
 
+import random
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
@@ -27,14 +34,20 @@ def _always() -> bool:
     return True
 
 
+# An entry's lifetime is ttl * (1 - SPREAD * u), u uniform in [0, 1).
+SPREAD = 0.5
+
+
 class BoundedCache(Generic[K, V]):
     def __init__(self, max_entries: int, ttl: float, *,
                  enabled: Callable[[], bool] = _always,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 uniform: Callable[[], float] = random.random) -> None:
         self._max = max_entries
         self._ttl = ttl
         self._enabled = enabled
         self._clock = clock
+        self._uniform = uniform
         # key -> (value, expires at, tag)
         self._entries: OrderedDict[K, tuple[V, float, str]] = OrderedDict()
         self._by_tag: dict[str, set[K]] = {}
@@ -64,10 +77,13 @@ class BoundedCache(Generic[K, V]):
     def put(self, key: K, value: V, generation: int, *, tag: str,
             ttl: float | None = None) -> None:
         """Store ``value`` unless an invalidation came after ``generation`` was
-        noted (the value may predate it). ``ttl`` shortens the default one."""
+        noted (the value may predate it). ``ttl`` (a token's own expiry) shortens
+        the entry's lifetime."""
         if generation != self._generation or not self.active:
             return
-        lifetime = self._ttl if ttl is None else min(ttl, self._ttl)
+        lifetime = self._ttl * (1 - SPREAD * self._uniform())
+        if ttl is not None:
+            lifetime = min(ttl, lifetime)
         if lifetime <= 0:
             return
         self._remove(key)

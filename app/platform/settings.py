@@ -149,7 +149,9 @@ class Settings(BaseSettings):
     # --- web path caches (ADR 020) -------------------------------------
     # Per web process: tokens → principals and (sender, recipient) → relationship,
     # dropped at once by the notices the InboxHub hears; the TTL is only a safety
-    # net for a notice lost while Redis was unreachable. 0 entries or 0 s: no cache.
+    # net for a notice lost while Redis was unreachable (each entry lives between half
+    # of it and all of it, so entries loaded together do not expire together).
+    # 0 entries or 0 s: no cache.
     web_cache_max_entries: int = 10_000
     web_cache_ttl_seconds: float = 60.0
 

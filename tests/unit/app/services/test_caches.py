@@ -46,6 +46,30 @@ def test_entries_expire_after_the_ttl_or_a_shorter_one() -> None:
     assert cache.get("long") is None and len(cache) == 0
 
 
+def test_entries_loaded_together_expire_spread_over_the_second_half_of_the_ttl() -> None:
+    clock = Clock()
+    draws = iter([0.0, 0.5, 0.999])
+    cache: BoundedCache[str, int] = BoundedCache(10, 60, clock=clock, uniform=lambda: next(draws))
+    for key in ("full", "three-quarters", "half"):
+        cache.put(key, 1, cache.generation(), tag="t")
+    clock.now += 29.9  # no entry lives less than half the TTL
+    assert len([k for k in ("full", "three-quarters", "half") if cache.get(k)]) == 3
+    clock.now += 0.2
+    assert cache.get("half") is None and cache.get("three-quarters") == 1
+    clock.now += 15
+    assert cache.get("three-quarters") is None and cache.get("full") == 1
+    clock.now += 15  # and none outlives the TTL: the bound on a lost notice
+    assert cache.get("full") is None
+
+
+def test_a_tokens_own_expiry_shortens_the_spread_lifetime_never_lengthens_it() -> None:
+    clock = Clock()
+    cache: BoundedCache[str, int] = BoundedCache(10, 60, clock=clock, uniform=lambda: 0.999)
+    cache.put("token", 1, cache.generation(), tag="t", ttl=3600)
+    clock.now += 30.1
+    assert cache.get("token") is None
+
+
 def test_drop_tag_drops_only_that_tag_and_disabled_serves_nothing() -> None:
     up = True
     cache: BoundedCache[str, int] = BoundedCache(10, 60, enabled=lambda: up)
