@@ -10,9 +10,10 @@ alone does with the same writes — in one sitting.
 2. Through the public API: one owner, ``--senders`` agents sending to
    ``--recipients`` agents, all in one group.
 3. ``wrk`` (:mod:`bench.wrk_run`) at each ``--connections`` level, closed loop,
-   after a short warm-up; CPU of every process of the stack and of wrk counted.
+   each after a 3 s warm-up at that level; CPU of every process of the stack and of wrk counted.
    The rows written are counted against the 201s, and the outbox must drain.
-4. ``pgbench`` on the stack's Postgres at the same client counts, the same length:
+4. ``pgbench`` on the stack's Postgres at the same client counts, as long
+   (``--pgbench-seconds`` to shorten them):
    the lean write set (one counter update, three inserts), the five-statement write
    set, and the gateway's own create statement (:mod:`bench.scenarios.pgbench`).
 
@@ -212,16 +213,18 @@ async def _measure(args: argparse.Namespace, work: Path) -> Measured:
         lines += [a.headers["Authorization"].removeprefix("Bearer ") for a in cast.senders]
         cast_file.write_text("\n".join(lines) + "\n")
         await pgbench.prepare(DATABASE_URL, args.recipients)
-        print("blackbox: warm-up ...", file=sys.stderr)
-        await wrk_run.run(base, cast_file, f"warm{uuid.uuid4().hex[:6]}", connections=max(levels),
-                          seconds=3)
-        await _outbox_drained()
         mesh_runs: list[wrk_run.WrkRun] = []
         checks: list[tuple[int, float, float]] = []
         pg_runs: list[tuple[str, pgbench.PgbenchRun]] = []
         hot: list[blackbox_pg.UpdateCounts] = []
         upkeep: list[blackbox_pg.Upkeep] = []
         for c in levels:
+            # Every level starts warm: pgbench's runs before it outlast the web
+            # caches' TTL, and a level is a steady state, not a cold start.
+            print(f"blackbox: warm-up at c={c} ...", file=sys.stderr)
+            await wrk_run.run(base, cast_file, f"warm{uuid.uuid4().hex[:6]}", connections=c,
+                              seconds=3)
+            await _outbox_drained()
             run_id = uuid.uuid4().hex[:8]
             print(f"blackbox: wrk at c={c} ...", file=sys.stderr)
             before = await blackbox_pg.counter_updates(DATABASE_URL)
@@ -240,7 +243,8 @@ async def _measure(args: argparse.Namespace, work: Path) -> Measured:
             for variant in ("lean", "split", "real"):
                 print(f"blackbox: pgbench {variant} at c={c} ...", file=sys.stderr)
                 pg_runs.append((variant, await pgbench.run(
-                    DATABASE_URL, work, clients=c, seconds=args.seconds, n_senders=args.senders,
+                    DATABASE_URL, work, clients=c, seconds=args.pgbench_seconds or args.seconds,
+                    n_senders=args.senders,
                     n_recipients=args.recipients, variant=variant,
                     meter=stack_meter(proc.pid, args.procfile, only="postgres"))))
             await pgbench.cleanup(DATABASE_URL)
@@ -252,6 +256,8 @@ async def _measure(args: argparse.Namespace, work: Path) -> Measured:
 def cli() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--seconds", type=float, default=15.0, help="length of each wrk and pgbench run")
+    p.add_argument("--pgbench-seconds", type=float, default=None,
+                   help="length of each pgbench run (default: --seconds)")
     p.add_argument("--connections", default="16", help="comma list of wrk connections / pgbench clients")
     p.add_argument("--senders", type=int, default=100)
     p.add_argument("--recipients", type=int, default=10)

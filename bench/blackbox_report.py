@@ -126,7 +126,8 @@ def render(facts: dict[str, str], args: argparse.Namespace, runs: list[WrkRun],
     out = ["# Black-box bench — `make run`'s stack under wrk, next to pgbench", "",
            "| machine | |", "|---|---|", *[f"| {k} | {v} |" for k, v in facts.items()],
            f"| cast | {args.senders} senders → {args.recipients} recipients, one group |",
-           f"| each run | {args.seconds:.0f} s |", "",
+           f"| each run | wrk {args.seconds:.0f} s, pgbench "
+           f"{args.pgbench_seconds or args.seconds:.0f} s |", "",
            "## Summary", "",
            "| connections | accepted sends/s | p50 / p99 | pgbench lean tx/s | pgbench real tx/s "
            "| ÷ lean | ÷ real | CPU per send | target | verdict |",
@@ -175,7 +176,8 @@ def render(facts: dict[str, str], args: argparse.Namespace, runs: list[WrkRun],
             *[f"- {d}" for d in DIFFERENCES],
             "", "## Method", "",
             "- `python bench/blackbox.py` starts `python -m devstack run` (what `make run` runs), "
-            "makes the cast through the public API, warms up 3 s, then per connection level: "
+            "makes the cast through the public API, then per connection level: a 3 s wrk "
+            "warm-up (pgbench's runs before a level outlast the web caches' TTL), "
             "wrk closed loop (`bench/wrk/send.lua`), the outbox drained, the rows counted, then "
             "pgbench lean, split and real with as many clients, each as long; pgbench's rows are "
             "then deleted and the send's tables vacuumed, so the next level does not pay for "

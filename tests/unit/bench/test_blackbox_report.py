@@ -59,7 +59,7 @@ def test_a_level_repeated_in_one_sitting_is_set_against_its_own_pgbench() -> Non
     runs = [_wrk(32, 15_000, 40.0), _wrk(32, 12_000, 80.0)]
     pg = [("lean", _pg(32, 3_000.0)), ("split", _pg(32, 2_000.0)), ("real", _pg(32, 1_500.0)),
           ("lean", _pg(32, 2_400.0)), ("split", _pg(32, 1_600.0)), ("real", _pg(32, 1_200.0))]
-    args = argparse.Namespace(senders=100, recipients=10, seconds=10.0)
+    args = argparse.Namespace(senders=100, recipients=10, seconds=10.0, pgbench_seconds=None)
     text = render({}, args, runs, [(15_000, 0.0, 1.0), (12_000, 0.0, 1.0)], pg,
                   [UpdateCounts(0, 0)] * 2, [Upkeep({}, {})] * 2, [], "")
     rows = [line for line in text.splitlines() if line.startswith("| 32 | 1,")]
