@@ -232,11 +232,12 @@ async def _measure(args: argparse.Namespace, work: Path) -> Measured:
             statements_before = await _create_statements(base)
             run = await wrk_run.run(base, cast_file, run_id, connections=c, seconds=args.seconds,
                                     meter=stack_meter(proc.pid, args.procfile))
+            # Read before the drain and the row count: the count scans task_messages.
+            upkeep.append(await blackbox_pg.upkeep(DATABASE_URL) - kept_before)
             drained = await _outbox_drained()
             written = await _written(run_id)
             statements = await _create_statements(base) - statements_before
             after = await blackbox_pg.counter_updates(DATABASE_URL)
-            upkeep.append(await blackbox_pg.upkeep(DATABASE_URL) - kept_before)
             mesh_runs.append(run)
             checks.append((written, drained, statements))
             hot.append(blackbox_pg.UpdateCounts(after.updates - before.updates, after.hot - before.hot))
@@ -244,8 +245,7 @@ async def _measure(args: argparse.Namespace, work: Path) -> Measured:
                 print(f"blackbox: pgbench {variant} at c={c} ...", file=sys.stderr)
                 pg_runs.append((variant, await pgbench.run(
                     DATABASE_URL, work, clients=c, seconds=args.pgbench_seconds or args.seconds,
-                    n_senders=args.senders,
-                    n_recipients=args.recipients, variant=variant,
+                    n_senders=args.senders, n_recipients=args.recipients, variant=variant,
                     meter=stack_meter(proc.pid, args.procfile, only="postgres"))))
             await pgbench.cleanup(DATABASE_URL)
         plan = await blackbox_pg.explain_create(DATABASE_URL, args.senders, args.recipients)

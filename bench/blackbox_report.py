@@ -12,7 +12,7 @@ from bench.wrk_run import WrkRun
 
 # What a black-box run measured, in render's order: wrk runs, (rows written, outbox
 # drain seconds, the web's create statements) per run, pgbench runs by write set,
-# counter updates and autovacuum runs per run, the send's tables, the create
+# counter updates and Postgres upkeep per run, the send's tables, the create
 # statement's plan.
 Measured = tuple[list[WrkRun], list[tuple[int, float, float]], list[tuple[str, PgbenchRun]],
                  list[UpdateCounts], list[Upkeep], list[TableFacts], str]
@@ -67,7 +67,7 @@ def _pg_cpu_ms(pg: PgbenchRun) -> float:
 
 
 def upkeep_lines(runs: list[WrkRun], upkeep: list[Upkeep]) -> list[str]:
-    out = ["", "What Postgres did beside the statements during each wrk run and its drain "
+    out = ["", "What Postgres did beside the statements during each wrk run "
            "(suspects for a tail: autovacuum of a send table, a backend writing dirty pages "
            "before it can read, a checkpoint):", ""]
     for run, u in zip(runs, upkeep, strict=True):
