@@ -52,6 +52,7 @@ from bench.cpu import CpuMeter
 from bench.env import machine_facts
 from bench.load import make_cast
 from bench.scenarios import pgbench
+from bench.stalls import StallWatch
 from devstack.ports import listening_pid
 from devstack.process import free_port
 from devstack.procfile import read as procfile_of
@@ -214,7 +215,7 @@ async def _measure(args: argparse.Namespace, work: Path) -> Measured:
         cast_file.write_text("\n".join(lines) + "\n")
         await pgbench.prepare(DATABASE_URL, args.recipients)
         mesh_runs: list[wrk_run.WrkRun] = []
-        checks: list[tuple[int, float, float]] = []
+        checks: list[tuple[int, float, float, str]] = []
         pg_runs: list[tuple[str, pgbench.PgbenchRun]] = []
         hot: list[blackbox_pg.UpdateCounts] = []
         upkeep: list[blackbox_pg.Upkeep] = []
@@ -230,8 +231,9 @@ async def _measure(args: argparse.Namespace, work: Path) -> Measured:
             before = await blackbox_pg.counter_updates(DATABASE_URL)
             kept_before = await blackbox_pg.upkeep(DATABASE_URL)
             statements_before = await _create_statements(base)
-            run = await wrk_run.run(base, cast_file, run_id, connections=c, seconds=args.seconds,
-                                    meter=stack_meter(proc.pid, args.procfile))
+            with StallWatch() as watch:
+                run = await wrk_run.run(base, cast_file, run_id, connections=c, seconds=args.seconds,
+                                        meter=stack_meter(proc.pid, args.procfile))
             # Read before the drain and the row count: the count scans task_messages.
             upkeep.append(await blackbox_pg.upkeep(DATABASE_URL) - kept_before)
             drained = await _outbox_drained()
@@ -239,7 +241,7 @@ async def _measure(args: argparse.Namespace, work: Path) -> Measured:
             statements = await _create_statements(base) - statements_before
             after = await blackbox_pg.counter_updates(DATABASE_URL)
             mesh_runs.append(run)
-            checks.append((written, drained, statements))
+            checks.append((written, drained, statements, watch.summary()))
             hot.append(blackbox_pg.UpdateCounts(after.updates - before.updates, after.hot - before.hot))
             for variant in ("lean", "split", "real"):
                 print(f"blackbox: pgbench {variant} at c={c} ...", file=sys.stderr)

@@ -11,10 +11,10 @@ from bench.stats import fmt, fmt_ratio
 from bench.wrk_run import WrkRun
 
 # What a black-box run measured, in render's order: wrk runs, (rows written, outbox
-# drain seconds, the web's create statements) per run, pgbench runs by write set,
+# drain seconds, the web's create statements, the machine's stalls) per run, pgbench runs by write set,
 # counter updates and Postgres upkeep per run, the send's tables, the create
 # statement's plan.
-Measured = tuple[list[WrkRun], list[tuple[int, float, float]], list[tuple[str, PgbenchRun]],
+Measured = tuple[list[WrkRun], list[tuple[int, float, float, str]], list[tuple[str, PgbenchRun]],
                  list[UpdateCounts], list[Upkeep], list[TableFacts], str]
 
 TARGET_RATIO = 0.5      # accepted sends ≥ half of pgbench's lean transactions …
@@ -116,7 +116,7 @@ def best_to_best(runs: list[WrkRun], lean: list[PgbenchRun]) -> str:
 
 
 def render(facts: dict[str, str], args: argparse.Namespace, runs: list[WrkRun],
-           checks: list[tuple[int, float, float]], pg: list[tuple[str, PgbenchRun]],
+           checks: list[tuple[int, float, float, str]], pg: list[tuple[str, PgbenchRun]],
            hot: list[UpdateCounts], upkeep: list[Upkeep], tables: list[TableFacts],
            plan: str) -> str:
     # pgbench ran after each level, its write sets in turn: group them by level, not
@@ -145,19 +145,23 @@ def render(facts: dict[str, str], args: argparse.Namespace, runs: list[WrkRun],
     out += ["", best_to_best(runs, [r for v, r in pg if v == "lean"])]
     out += ["", "## Counted", "",
             "| connections | 201s | rows written | other statuses | socket errors | outbox drained after "
-            "| create statements | creates per statement |",
-            "|---|---|---|---|---|---|---|---|"]
-    for run, (written, drained, statements) in zip(runs, checks, strict=True):
+            "| create statements | creates per statement | machine stalls |",
+            "|---|---|---|---|---|---|---|---|---|"]
+    for run, (written, drained, statements, stalls) in zip(runs, checks, strict=True):
         # A send in flight when wrk stops is written but its 201 is not counted: at
         # most one per connection. Fewer rows than 201s would be a lost send.
         flag = "" if run.created <= written <= run.created + run.connections else " **(mismatch)**"
         out.append(f"| {run.connections} | {run.created} | {written}{flag} | {run.refused} "
                    f"| {run.socket_errors} | {drained:.1f} s | {fmt(statements)} "
-                   f"| {fmt(written / statements if statements else float('nan'), '', 2)} |")
+                   f"| {fmt(written / statements if statements else float('nan'), '', 2)} "
+                   f"| {stalls} |")
     out += ["", "Rows written may exceed the 201s by the sends in flight when wrk stopped "
             "(at most one per connection); fewer rows than 201s would be a lost send. "
             "Create statements: the web's `agent_mesh_task_create_statements_total` over the "
-            "run; concurrent creates share one (`MESH_CREATE_BATCH_IN_FLIGHT` at a time).",
+            "run; concurrent creates share one (`MESH_CREATE_BATCH_IN_FLIGHT` at a time). "
+            "Machine stalls: wake-ups of the bench's own 5 ms timer more than 100 ms late "
+            "during the wrk run (`bench/stalls.py`) — the host pausing the whole machine; a "
+            "level with one has a p99 that says nothing about the mesh.",
             "", "## pgbench on the stack's Postgres", "",
             "| clients | write set | tx/s | p50 / p99 | failed | Postgres CPU per tx |",
             "|---|---|---|---|---|---|"]

@@ -55,14 +55,16 @@ def test_upkeep_lines_count_what_finished_during_each_run_by_table() -> None:
                          "1 checkpoint(s); WAL 3 MB")
 
 
-def test_a_level_repeated_in_one_sitting_is_set_against_its_own_pgbench() -> None:
+def test_a_repeated_level_keeps_its_own_pgbench_and_its_own_stalls() -> None:
     runs = [_wrk(32, 15_000, 40.0), _wrk(32, 12_000, 80.0)]
     pg = [("lean", _pg(32, 3_000.0)), ("split", _pg(32, 2_000.0)), ("real", _pg(32, 1_500.0)),
           ("lean", _pg(32, 2_400.0)), ("split", _pg(32, 1_600.0)), ("real", _pg(32, 1_200.0))]
     args = argparse.Namespace(senders=100, recipients=10, seconds=10.0, pgbench_seconds=None)
-    text = render({}, args, runs, [(15_000, 0.0, 1.0), (12_000, 0.0, 1.0)], pg,
-                  [UpdateCounts(0, 0)] * 2, [Upkeep({}, {})] * 2, [], "")
+    checks = [(15_000, 0.0, 1.0, "none"), (12_000, 0.0, 1.0, "1, longest 22,125 ms")]
+    text = render({}, args, runs, checks, pg, [UpdateCounts(0, 0)] * 2, [Upkeep({}, {})] * 2, [], "")
     rows = [line for line in text.splitlines() if line.startswith("| 32 | 1,")]
     # 1,500/s against the first level's 3,000 lean tx/s; 1,200/s against the second's 2,400
     assert "| 3,000 | 1,500 | 0.50× | 1.00× |" in rows[0]
     assert "| 2,400 | 1,200 | 0.50× | 1.00× |" in rows[1]
+    counted = [line for line in text.splitlines() if line.startswith("| 32 | 1")]
+    assert counted[-1].endswith("| 1, longest 22,125 ms |")
