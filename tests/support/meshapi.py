@@ -98,6 +98,12 @@ class OwnerHandle:
         return handle
 
 
+# Idle connections are dropped before uvicorn's keep-alive timeout (5 s) closes them:
+# with httpx's default (also 5 s) a request after a pause of about 5 s could go out on
+# a connection the server was closing, and fail with a ReadError.
+KEEPALIVE = httpx.Limits(keepalive_expiry=2.0)
+
+
 class MeshFactory:
     def __init__(self, http: httpx.AsyncClient) -> None:
         self.http = http
@@ -106,7 +112,8 @@ class MeshFactory:
     @contextlib.asynccontextmanager
     async def connect(cls, base_url: str, transport: httpx.AsyncBaseTransport | None = None,
                       ) -> AsyncIterator[MeshFactory]:
-        async with httpx.AsyncClient(base_url=base_url, timeout=30, transport=transport) as http:
+        async with httpx.AsyncClient(base_url=base_url, timeout=30, transport=transport,
+                                     limits=KEEPALIVE) as http:
             yield cls(http)
 
     async def owner(self, username: str | None = None) -> OwnerHandle:
