@@ -47,7 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from app.platform.metrics import TASK_CREATE_STATEMENTS
 from bench import blackbox_pg, wrk_run
-from bench.blackbox_report import Measured, render
+from bench.blackbox_report import Level, Measured, render
 from bench.cpu import CpuMeter
 from bench.env import machine_facts
 from bench.load import make_cast
@@ -202,7 +202,7 @@ async def main(args: argparse.Namespace) -> Path | None:
 async def _measure(args: argparse.Namespace, work: Path) -> Measured:
     """The stack up, the cast made, then per level: wrk, the checks, pgbench; the
     report's inputs in :func:`render`'s order."""
-    levels = [int(c) for c in args.connections.split(",")]
+    connections = [int(c) for c in args.connections.split(",")]
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     print(f"blackbox: make run's stack in {work} on {base} ...", file=sys.stderr)
@@ -214,12 +214,8 @@ async def _measure(args: argparse.Namespace, work: Path) -> Measured:
         lines += [a.headers["Authorization"].removeprefix("Bearer ") for a in cast.senders]
         cast_file.write_text("\n".join(lines) + "\n")
         await pgbench.prepare(DATABASE_URL, args.recipients)
-        mesh_runs: list[wrk_run.WrkRun] = []
-        checks: list[tuple[int, float, float, str]] = []
-        pg_runs: list[tuple[str, pgbench.PgbenchRun]] = []
-        hot: list[blackbox_pg.UpdateCounts] = []
-        upkeep: list[blackbox_pg.Upkeep] = []
-        for c in levels:
+        levels: list[Level] = []
+        for c in connections:
             # Every level starts warm: pgbench's runs before it outlast the web
             # caches' TTL, and a level is a steady state, not a cold start.
             print(f"blackbox: warm-up at c={c} ...", file=sys.stderr)
@@ -228,31 +224,28 @@ async def _measure(args: argparse.Namespace, work: Path) -> Measured:
             await _outbox_drained()
             run_id = uuid.uuid4().hex[:8]
             print(f"blackbox: wrk at c={c} ...", file=sys.stderr)
-            before = await blackbox_pg.counter_updates(DATABASE_URL)
             kept_before = await blackbox_pg.upkeep(DATABASE_URL)
             statements_before = await _create_statements(base)
             with StallWatch() as watch:
                 run = await wrk_run.run(base, cast_file, run_id, connections=c, seconds=args.seconds,
                                         meter=stack_meter(proc.pid, args.procfile))
             # Read before the drain and the row count: the count scans task_messages.
-            upkeep.append(await blackbox_pg.upkeep(DATABASE_URL) - kept_before)
+            kept = await blackbox_pg.upkeep(DATABASE_URL) - kept_before
             drained = await _outbox_drained()
             written = await _written(run_id)
             statements = await _create_statements(base) - statements_before
-            after = await blackbox_pg.counter_updates(DATABASE_URL)
-            mesh_runs.append(run)
-            checks.append((written, drained, statements, watch.summary()))
-            hot.append(blackbox_pg.UpdateCounts(after.updates - before.updates, after.hot - before.hot))
+            runs: dict[str, pgbench.PgbenchRun] = {}
             for variant in ("lean", "split", "real"):
                 print(f"blackbox: pgbench {variant} at c={c} ...", file=sys.stderr)
-                pg_runs.append((variant, await pgbench.run(
+                runs[variant] = await pgbench.run(
                     DATABASE_URL, work, clients=c, seconds=args.pgbench_seconds or args.seconds,
                     n_senders=args.senders, n_recipients=args.recipients, variant=variant,
-                    meter=stack_meter(proc.pid, args.procfile, only="postgres"))))
+                    meter=stack_meter(proc.pid, args.procfile, only="postgres"))
             await pgbench.cleanup(DATABASE_URL)
+            levels.append(Level(run, written, drained, statements, watch.summary(), kept, runs))
         plan = await blackbox_pg.explain_create(DATABASE_URL, args.senders, args.recipients)
         tables = await blackbox_pg.tables(DATABASE_URL)
-    return mesh_runs, checks, pg_runs, hot, upkeep, tables, plan
+    return levels, tables, plan
 
 
 def cli() -> None:

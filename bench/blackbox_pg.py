@@ -22,12 +22,6 @@ class TableFacts:
     fillfactor: str
 
 
-@dataclass(frozen=True)
-class UpdateCounts:
-    updates: int
-    hot: int
-
-
 async def tables(url: str) -> list[TableFacts]:
     conn = await asyncpg.connect(url)
     try:
@@ -47,30 +41,20 @@ async def tables(url: str) -> list[TableFacts]:
         await conn.close()
 
 
-async def counter_updates(url: str) -> UpdateCounts:
-    """The counter rows' updates so far (``agents``), and how many were HOT. Other
-    backends report theirs within about a second, so a difference of two readings
-    is a ratio to read, not an exact count."""
-    conn = await asyncpg.connect(url)
-    try:
-        row = await conn.fetchrow(
-            "SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables WHERE relname = 'agents'")
-        return UpdateCounts(int(row["n_tup_upd"]), int(row["n_tup_hot_upd"]))
-    finally:
-        await conn.close()
-
-
 @dataclass(frozen=True)
 class Upkeep:
     """What Postgres did beside the statements, as counters (differences of two
-    readings are a level's): autovacuum and autoanalyze runs finished per send
-    table (pg_stat_user_tables), the client backends' own buffer writes, evictions
+    readings are a level's): the counter rows' updates (``agents``) and how many
+    were HOT, autovacuum and autoanalyze runs finished per send table
+    (pg_stat_user_tables), the client backends' own buffer writes, evictions
     and reads (pg_stat_io: a backend that must write a dirty page before it can
     read another waits for it), checkpoints, and WAL written. Other backends report
     theirs within about a second, so these are approximate."""
 
     vacuums: dict[str, int]
     analyzes: dict[str, int]
+    updates: int = 0
+    hot_updates: int = 0
     backend_writes: int = 0
     evictions: int = 0
     reads: int = 0
@@ -80,6 +64,7 @@ class Upkeep:
     def __sub__(self, before: Upkeep) -> Upkeep:
         return Upkeep({t: n - before.vacuums.get(t, 0) for t, n in self.vacuums.items()},
                       {t: n - before.analyzes.get(t, 0) for t, n in self.analyzes.items()},
+                      self.updates - before.updates, self.hot_updates - before.hot_updates,
                       self.backend_writes - before.backend_writes,
                       self.evictions - before.evictions, self.reads - before.reads,
                       self.checkpoints - before.checkpoints, self.wal_bytes - before.wal_bytes)
@@ -89,7 +74,8 @@ async def upkeep(url: str) -> Upkeep:
     conn = await asyncpg.connect(url)
     try:
         tables = await conn.fetch(
-            "SELECT relname, autovacuum_count, autoanalyze_count FROM pg_stat_user_tables "
+            "SELECT relname, autovacuum_count, autoanalyze_count, n_tup_upd, n_tup_hot_upd "
+            "FROM pg_stat_user_tables "
             "WHERE relname = ANY($1::text[])", list(SEND_TABLES))
         io = await conn.fetchrow(
             "SELECT coalesce(sum(writes), 0) AS writes, coalesce(sum(evictions), 0) AS evictions, "
@@ -97,8 +83,10 @@ async def upkeep(url: str) -> Upkeep:
             "WHERE backend_type = 'client backend' AND object = 'relation'")
         checkpoints = await conn.fetchval("SELECT num_timed + num_requested FROM pg_stat_checkpointer")
         wal = await conn.fetchval("SELECT wal_bytes FROM pg_stat_wal")
+        agents = next(r for r in tables if r["relname"] == "agents")
         return Upkeep({r["relname"]: int(r["autovacuum_count"]) for r in tables},
                       {r["relname"]: int(r["autoanalyze_count"]) for r in tables},
+                      int(agents["n_tup_upd"]), int(agents["n_tup_hot_upd"]),
                       int(io["writes"]), int(io["evictions"]), int(io["reads"]),
                       int(checkpoints), int(wal))
     finally:

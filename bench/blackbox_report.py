@@ -3,19 +3,32 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 
-from bench.blackbox_pg import TableFacts, UpdateCounts, Upkeep
+from bench.blackbox_pg import TableFacts, Upkeep
 from bench.report import verdict
 from bench.scenarios.pgbench import PgbenchRun
 from bench.stats import fmt, fmt_ratio
 from bench.wrk_run import WrkRun
 
-# What a black-box run measured, in render's order: wrk runs, (rows written, outbox
-# drain seconds, the web's create statements, the machine's stalls) per run, pgbench runs by write set,
-# counter updates and Postgres upkeep per run, the send's tables, the create
-# statement's plan.
-Measured = tuple[list[WrkRun], list[tuple[int, float, float, str]], list[tuple[str, PgbenchRun]],
-                 list[UpdateCounts], list[Upkeep], list[TableFacts], str]
+
+@dataclass(frozen=True)
+class Level:
+    """One connection level of a sitting: wrk's run, what was counted after it, what
+    Postgres did during it, and the pgbench runs that followed it, by write set."""
+
+    run: WrkRun
+    written: int          # rows written, against the run's 201s
+    drained: float        # seconds until the outbox had nothing pending
+    statements: float     # the web's create statements over the run
+    stalls: str           # the machine's stalls during the run (bench.stalls)
+    upkeep: Upkeep
+    pgbench: dict[str, PgbenchRun]
+
+
+# What a black-box run measured, in render's order: the levels, the send's tables,
+# the create statement's plan.
+Measured = tuple[list[Level], list[TableFacts], str]
 
 TARGET_RATIO = 0.5      # accepted sends ≥ half of pgbench's lean transactions …
 TARGET_P99_MS = 50.0    # … with p99 ≤ 50 ms
@@ -66,31 +79,32 @@ def _pg_cpu_ms(pg: PgbenchRun) -> float:
     return 1000 * pg.cpu.usage["postgres"].cpu / pg.transactions
 
 
-def upkeep_lines(runs: list[WrkRun], upkeep: list[Upkeep]) -> list[str]:
+def upkeep_lines(levels: list[Level]) -> list[str]:
     out = ["", "What Postgres did beside the statements during each wrk run "
            "(suspects for a tail: autovacuum of a send table, a backend writing dirty pages "
            "before it can read, a checkpoint):", ""]
-    for run, u in zip(runs, upkeep, strict=True):
+    for level in levels:
+        u = level.upkeep
         done = [f"{t} {u.vacuums[t]} vacuum(s)" for t in u.vacuums if u.vacuums[t]]
         done += [f"{t} {u.analyzes[t]} analyze(s)" for t in u.analyzes if u.analyzes[t]]
-        out.append(f"- c={run.connections}: autovacuum {', '.join(done) or 'none'}; client "
+        out.append(f"- c={level.run.connections}: autovacuum {', '.join(done) or 'none'}; client "
                    f"backends wrote {u.backend_writes} buffers, evicted {u.evictions}, read "
                    f"{u.reads}; {u.checkpoints} checkpoint(s); WAL {u.wal_bytes / 2**20:.0f} MB")
     return out
 
 
-def _postgres(runs: list[WrkRun], hot: list[UpdateCounts], upkeep: list[Upkeep],
-              tables: list[TableFacts], plan: str) -> list[str]:
+def _postgres(levels: list[Level], tables: list[TableFacts], plan: str) -> list[str]:
     out = ["", "## What a send writes in Postgres", "",
            "| table | indexes | foreign keys | fillfactor |", "|---|---|---|---|"]
     out += [f"| {t.table} | {len(t.indexes)}: {', '.join(t.indexes)} | {t.foreign_keys} | {t.fillfactor} |"
             for t in tables]
     out += ["", "Counter-row updates (`agents`) during each wrk run, and how many were HOT "
             "(no index touched; read from pg_stat_user_tables, so approximate):", ""]
-    for run, h in zip(runs, hot, strict=True):
-        share = f"{100 * h.hot / h.updates:.0f} %" if h.updates else "n/a"
-        out.append(f"- c={run.connections}: {h.updates} updates, {h.hot} HOT ({share})")
-    out += upkeep_lines(runs, upkeep)
+    for level in levels:
+        u = level.upkeep
+        share = f"{100 * u.hot_updates / u.updates:.0f} %" if u.updates else "n/a"
+        out.append(f"- c={level.run.connections}: {u.updates} updates, {u.hot_updates} HOT ({share})")
+    out += upkeep_lines(levels)
     out += ["", "The gateway's create statement for one task, `EXPLAIN (ANALYZE, BUFFERS)` "
             "on the stack's Postgres after the runs (rolled back):", "", "```", plan, "```"]
     return out
@@ -115,14 +129,9 @@ def best_to_best(runs: list[WrkRun], lean: list[PgbenchRun]) -> str:
             f"(target ≥ {TARGET_RATIO}×: {verdict(ratio >= TARGET_RATIO)}).")
 
 
-def render(facts: dict[str, str], args: argparse.Namespace, runs: list[WrkRun],
-           checks: list[tuple[int, float, float, str]], pg: list[tuple[str, PgbenchRun]],
-           hot: list[UpdateCounts], upkeep: list[Upkeep], tables: list[TableFacts],
-           plan: str) -> str:
-    # pgbench ran after each level, its write sets in turn: group them by level, not
-    # by client count, so a level repeated in one sitting keeps its own pgbench.
-    per_level = len(pg) // len(runs)
-    levels = [dict(pg[i * per_level:(i + 1) * per_level]) for i in range(len(runs))]
+def render(facts: dict[str, str], args: argparse.Namespace, levels: list[Level],
+           tables: list[TableFacts], plan: str) -> str:
+    runs = [level.run for level in levels]
     out = ["# Black-box bench — `make run`'s stack under wrk, next to pgbench", "",
            "| machine | |", "|---|---|", *[f"| {k} | {v} |" for k, v in facts.items()],
            f"| cast | {args.senders} senders → {args.recipients} recipients, one group |",
@@ -132,8 +141,8 @@ def render(facts: dict[str, str], args: argparse.Namespace, runs: list[WrkRun],
            "| connections | accepted sends/s | p50 / p99 | pgbench lean tx/s | pgbench real tx/s "
            "| ÷ lean | ÷ real | CPU per send | target | verdict |",
            "|---|---|---|---|---|---|---|---|---|---|"]
-    for run, level in zip(runs, levels, strict=True):
-        lean, real = level["lean"], level["real"]
+    for level in levels:
+        run, lean, real = level.run, level.pgbench["lean"], level.pgbench["real"]
         r_lean, r_real = run.rate / lean.tps, run.rate / real.tps
         met = r_lean >= TARGET_RATIO and run.p99_ms <= TARGET_P99_MS
         out.append(
@@ -142,19 +151,20 @@ def render(facts: dict[str, str], args: argparse.Namespace, runs: list[WrkRun],
             f"| {fmt_ratio(r_real)} | {fmt(_stack_cpu_ms(run), 'ms', 2)} "
             f"| ≥ {TARGET_RATIO}× lean, p99 ≤ {TARGET_P99_MS:.0f} ms; CPU ≤ {TARGET_CPU_MS} ms "
             f"| {verdict(met and _stack_cpu_ms(run) <= TARGET_CPU_MS)} |")
-    out += ["", best_to_best(runs, [r for v, r in pg if v == "lean"])]
+    out += ["", best_to_best(runs, [level.pgbench["lean"] for level in levels])]
     out += ["", "## Counted", "",
             "| connections | 201s | rows written | other statuses | socket errors | outbox drained after "
             "| create statements | creates per statement | machine stalls |",
             "|---|---|---|---|---|---|---|---|---|"]
-    for run, (written, drained, statements, stalls) in zip(runs, checks, strict=True):
+    for level in levels:
+        run, written, statements = level.run, level.written, level.statements
         # A send in flight when wrk stops is written but its 201 is not counted: at
         # most one per connection. Fewer rows than 201s would be a lost send.
         flag = "" if run.created <= written <= run.created + run.connections else " **(mismatch)**"
         out.append(f"| {run.connections} | {run.created} | {written}{flag} | {run.refused} "
-                   f"| {run.socket_errors} | {drained:.1f} s | {fmt(statements)} "
+                   f"| {run.socket_errors} | {level.drained:.1f} s | {fmt(statements)} "
                    f"| {fmt(written / statements if statements else float('nan'), '', 2)} "
-                   f"| {stalls} |")
+                   f"| {level.stalls} |")
     out += ["", "Rows written may exceed the 201s by the sends in flight when wrk stopped "
             "(at most one per connection); fewer rows than 201s would be a lost send. "
             "Create statements: the web's `agent_mesh_task_create_statements_total` over the "
@@ -165,7 +175,7 @@ def render(facts: dict[str, str], args: argparse.Namespace, runs: list[WrkRun],
             "", "## pgbench on the stack's Postgres", "",
             "| clients | write set | tx/s | p50 / p99 | failed | Postgres CPU per tx |",
             "|---|---|---|---|---|---|"]
-    for variant, r in pg:
+    for variant, r in ((v, r) for level in levels for v, r in level.pgbench.items()):
         out.append(f"| {r.clients} | {variant} | {fmt(r.tps)} | {fmt(r.latency.p50, 'ms')} / "
                    f"{fmt(r.latency.p99, 'ms')} | {r.failed} | {fmt(_pg_cpu_ms(r), 'ms', 3)} |")
     out += ["", "- lean: one counter update and three inserts (task, inbox event, outbox row);",
@@ -175,7 +185,7 @@ def render(facts: dict[str, str], args: argparse.Namespace, runs: list[WrkRun],
     for run in runs:
         out += ["", f"## CPU per send by process, c={run.connections}", "",
                 "| process | CPU ms per send | share of one core |", "|---|---|---|", *_cpu_rows(run)]
-    out += _postgres(runs, hot, upkeep, tables, plan)
+    out += _postgres(levels, tables, plan)
     out += ["", "## How this stack differs from bench/run.py's", "",
             *[f"- {d}" for d in DIFFERENCES],
             "", "## Method", "",

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import argparse
 
-from bench.blackbox_pg import UpdateCounts, Upkeep
-from bench.blackbox_report import best_to_best, render, upkeep_lines
+from bench.blackbox_pg import Upkeep
+from bench.blackbox_report import Level, best_to_best, render, upkeep_lines
 from bench.scenarios.pgbench import PgbenchRun
 from bench.stats import Dist
 from bench.wrk_run import WrkRun
@@ -16,6 +16,11 @@ def _wrk(connections: int, created: int, p99_ms: float) -> WrkRun:
     return WrkRun(connections=connections, seconds=10.0, requests=created, created=created,
                   refused=0, socket_errors=0, p50_ms=p99_ms / 3, p90_ms=p99_ms / 2,
                   p99_ms=p99_ms, p999_ms=p99_ms, max_ms=p99_ms, client_cpu=0.0, cpu=None)
+
+
+def _level(run: WrkRun, *, upkeep: Upkeep | None = None, stalls: str = "none",
+           pgbench: dict[str, PgbenchRun] | None = None) -> Level:
+    return Level(run, run.created, 0.0, 1.0, stalls, upkeep or Upkeep({}, {}), pgbench or {})
 
 
 def _pg(clients: int, tps: float) -> PgbenchRun:
@@ -48,7 +53,8 @@ def test_upkeep_lines_count_what_finished_during_each_run_by_table() -> None:
     after_32 = Upkeep({"tasks": 4, "inbox_events": 1}, {"tasks": 5, "inbox_events": 4},
                       backend_writes=700, evictions=900, reads=50, checkpoints=1,
                       wal_bytes=3 * 2**20)
-    lines = upkeep_lines([_wrk(16, 1, 1.0), _wrk(32, 1, 1.0)], [after_16 - start, after_32 - after_16])
+    lines = upkeep_lines([_level(_wrk(16, 1, 1.0), upkeep=after_16 - start),
+                          _level(_wrk(32, 1, 1.0), upkeep=after_32 - after_16)])
     assert lines[-2].startswith("- c=16: autovacuum none; client backends wrote 0 buffers")
     assert lines[-1] == ("- c=32: autovacuum tasks 1 vacuum(s), inbox_events 2 analyze(s); "
                          "client backends wrote 700 buffers, evicted 900, read 50; "
@@ -56,15 +62,17 @@ def test_upkeep_lines_count_what_finished_during_each_run_by_table() -> None:
 
 
 def test_a_repeated_level_keeps_its_own_pgbench_and_its_own_stalls() -> None:
-    runs = [_wrk(32, 15_000, 40.0), _wrk(32, 12_000, 80.0)]
-    pg = [("lean", _pg(32, 3_000.0)), ("split", _pg(32, 2_000.0)), ("real", _pg(32, 1_500.0)),
-          ("lean", _pg(32, 2_400.0)), ("split", _pg(32, 1_600.0)), ("real", _pg(32, 1_200.0))]
+    levels = [
+        _level(_wrk(32, 15_000, 40.0), upkeep=Upkeep({}, {}, updates=400, hot_updates=300),
+               pgbench={"lean": _pg(32, 3_000.0), "split": _pg(32, 2_000.0), "real": _pg(32, 1_500.0)}),
+        _level(_wrk(32, 12_000, 80.0), stalls="1, longest 22,125 ms",
+               pgbench={"lean": _pg(32, 2_400.0), "split": _pg(32, 1_600.0), "real": _pg(32, 1_200.0)})]
     args = argparse.Namespace(senders=100, recipients=10, seconds=10.0, pgbench_seconds=None)
-    checks = [(15_000, 0.0, 1.0, "none"), (12_000, 0.0, 1.0, "1, longest 22,125 ms")]
-    text = render({}, args, runs, checks, pg, [UpdateCounts(0, 0)] * 2, [Upkeep({}, {})] * 2, [], "")
+    text = render({}, args, levels, [], "")
     rows = [line for line in text.splitlines() if line.startswith("| 32 | 1,")]
     # 1,500/s against the first level's 3,000 lean tx/s; 1,200/s against the second's 2,400
     assert "| 3,000 | 1,500 | 0.50× | 1.00× |" in rows[0]
     assert "| 2,400 | 1,200 | 0.50× | 1.00× |" in rows[1]
     counted = [line for line in text.splitlines() if line.startswith("| 32 | 1")]
     assert counted[-1].endswith("| 1, longest 22,125 ms |")
+    assert "- c=32: 400 updates, 300 HOT (75 %)" in text.splitlines()

@@ -10,7 +10,7 @@ from bench.stalls import StallWatch
 
 
 class JumpingClock:
-    """Real time, plus ``jump`` seconds from the moment :meth:`stall` is called —
+    """Real time, plus the seconds handed to :meth:`stall` from the moment it is called —
     what the watch sees when the machine stops between two of its readings."""
 
     def __init__(self) -> None:
