@@ -22,6 +22,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:  # run as a script: make the repo's packages importable
     sys.path.insert(0, str(REPO))
 
+from app.platform.settings import Settings  # noqa: E402
 from bench import report  # noqa: E402
 from bench.env import machine_facts, raise_nofile, started  # noqa: E402
 from bench.load import make_cast  # noqa: E402
@@ -66,16 +67,15 @@ METHOD = [
 
 
 async def main_async(plan: Plan, only: list[str], keep: bool, topology: int = 1,
-                     stem: str | None = None) -> str:
+                     stem: str | None = None, bus: str = "kafka") -> str:
     """Run the scenarios; ``stem``: the results file's name without ``.md`` (files a
     scenario writes next to the report are named after it), None with ``--no-write``."""
     facts = machine_facts()
     facts["open files limit"] = str(raise_nofile())
     sections: list[Section] = []
     t_start = time.monotonic()
-    async with started(keep=keep) as env:
-        facts["bus"] = "Kafka " + str(env.settings.kafka_bootstrap) if env.kafka \
-            else "Redis Streams (no Kafka: Java/Maven missing)"
+    async with started(keep=keep, bus=bus) as env:
+        facts["bus"] = bus_fact(env.settings)
         facts["topology"] = (f"{topology} web, {topology} outbox, {topology} push process(es)"
                              + (" (requests round robin over the web processes)"
                                 if topology > 1 else ""))
@@ -113,6 +113,17 @@ async def main_async(plan: Plan, only: list[str], keep: bool, topology: int = 1,
     return report.render(title, facts, METHOD, sections)
 
 
+def bus_fact(settings: Settings) -> str:
+    """The report's line for the bus the mesh processes use."""
+    if settings.bus_kind == "kafka":
+        return f"Kafka {settings.kafka_bootstrap}"
+    if settings.bus_kind == "nats":
+        return f"NATS JetStream {settings.nats_url} (chosen with --bus; no Kafka started)"
+    if settings.bus == "redis":
+        return "Redis Streams (chosen with --bus; no Kafka started)"
+    return "Redis Streams (no Kafka: Java/Maven missing)"
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--quick", action="store_true", help="a short smoke run (~2 min)")
@@ -122,6 +133,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--keep", action="store_true", help="keep the temp data folder")
     p.add_argument("--topology", type=int, default=1, metavar="N",
                    help="run N web, N outbox and N push processes (default 1)")
+    p.add_argument("--bus", choices=("kafka", "nats", "redis"), default="kafka",
+                   help="the bus the relay publishes to and the push worker reads "
+                        "(default kafka; another bus starts no Kafka)")
     args = p.parse_args(argv)
     if args.topology < 1:
         p.error("--topology must be at least 1")
@@ -137,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError:
         pass
     stem = None if args.no_write else f"{dt.date.today().isoformat()}-{args.name or plan.name}"
-    text = asyncio.run(main_async(plan, only, args.keep, args.topology, stem))
+    text = asyncio.run(main_async(plan, only, args.keep, args.topology, stem, args.bus))
     print(text)
     if stem is not None:
         out = RESULTS / f"{stem}.md"

@@ -143,3 +143,16 @@ async def test_client_sends_requests_to_its_servers_in_turn() -> None:
         for server in servers:
             server.close()
     assert served == [0, 1, 0, 1, 0, 1]
+
+
+def test_the_report_names_the_bus_the_processes_use_and_why() -> None:
+    from app.platform.settings import Settings
+    from bench.run import bus_fact
+
+    base = {"database_url": "postgresql://x/y", "redis_url": "redis://x:1"}
+    assert bus_fact(Settings(**base, kafka_bootstrap="127.0.0.1:9")) == "Kafka 127.0.0.1:9"
+    # Chosen on purpose vs fallen back to: the same bus, a different reason in the report.
+    assert "chosen with --bus" in bus_fact(Settings(**base, bus="redis"))
+    assert "Java/Maven missing" in bus_fact(Settings(**base))
+    assert bus_fact(Settings(**base, bus="nats", nats_url="nats://x:2")).startswith(
+        "NATS JetStream nats://x:2")
