@@ -215,13 +215,15 @@ async def _measure(args: argparse.Namespace, work: Path) -> Measured:
         cast_file.write_text("\n".join(lines) + "\n")
         await pgbench.prepare(DATABASE_URL, args.recipients)
         levels: list[Level] = []
-        for c in connections:
-            # Every level starts warm: pgbench's runs before it outlast the web
-            # caches' TTL, and a level is a steady state, not a cold start.
-            print(f"blackbox: warm-up at c={c} ...", file=sys.stderr)
-            await wrk_run.run(base, cast_file, f"warm{uuid.uuid4().hex[:6]}", connections=c,
-                              seconds=3)
-            await _outbox_drained()
+        for i, c in enumerate(connections):
+            # A level starts warm: pgbench's runs before it outlast the web caches'
+            # TTL, and a level is a steady state. --cold leaves the first one as a
+            # user's first measurement meets the stack.
+            if not (args.cold and i == 0):
+                print(f"blackbox: warm-up at c={c} ...", file=sys.stderr)
+                await wrk_run.run(base, cast_file, f"warm{uuid.uuid4().hex[:6]}", connections=c,
+                                  seconds=3)
+                await _outbox_drained()
             run_id = uuid.uuid4().hex[:8]
             print(f"blackbox: wrk at c={c} ...", file=sys.stderr)
             kept_before = await blackbox_pg.upkeep(DATABASE_URL)
@@ -261,6 +263,8 @@ def cli() -> None:
                    help="run this Procfile instead (e.g. another web server)")
     p.add_argument("--pg-set", action="append", default=[], metavar="NAME=VALUE",
                    help="ALTER SYSTEM SET this on the stack's Postgres (repeatable)")
+    p.add_argument("--cold", action="store_true",
+                   help="no warm-up before the first level: it meets the web's caches empty")
     p.add_argument("--no-write", action="store_true", help="print the report; write no file")
     p.add_argument("--keep", action="store_true", help="keep the stack's data folder and logs")
     args = p.parse_args()

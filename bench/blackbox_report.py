@@ -136,7 +136,9 @@ def render(facts: dict[str, str], args: argparse.Namespace, levels: list[Level],
            "| machine | |", "|---|---|", *[f"| {k} | {v} |" for k, v in facts.items()],
            f"| cast | {args.senders} senders → {args.recipients} recipients, one group |",
            f"| each run | wrk {args.seconds:.0f} s, pgbench "
-           f"{args.pgbench_seconds or args.seconds:.0f} s |", "",
+           f"{args.pgbench_seconds or args.seconds:.0f} s |",
+           *(["| first level | cold: no warm-up, the web's caches empty |"]
+             if args.cold else []), "",
            "## Summary", "",
            "| connections | accepted sends/s | p50 / p99 | pgbench lean tx/s | pgbench real tx/s "
            "| ÷ lean | ÷ real | CPU per send | target | verdict |",

@@ -67,7 +67,8 @@ def test_a_repeated_level_keeps_its_own_pgbench_and_its_own_stalls() -> None:
                pgbench={"lean": _pg(32, 3_000.0), "split": _pg(32, 2_000.0), "real": _pg(32, 1_500.0)}),
         _level(_wrk(32, 12_000, 80.0), stalls="1, longest 22,125 ms",
                pgbench={"lean": _pg(32, 2_400.0), "split": _pg(32, 1_600.0), "real": _pg(32, 1_200.0)})]
-    args = argparse.Namespace(senders=100, recipients=10, seconds=10.0, pgbench_seconds=None)
+    args = argparse.Namespace(senders=100, recipients=10, seconds=10.0, pgbench_seconds=None,
+                              cold=False)
     text = render({}, args, levels, [], "")
     rows = [line for line in text.splitlines() if line.startswith("| 32 | 1,")]
     # 1,500/s against the first level's 3,000 lean tx/s; 1,200/s against the second's 2,400
