@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import logging
 from collections.abc import AsyncIterator
@@ -57,6 +58,7 @@ from app.services.kdf import Kdf
 from app.services.principal_cache import PrincipalCache
 from app.services.reach_cache import ReachCache
 from app.services.task_creates import CreateBatcher
+from app.store import social as social_store
 from app.store.events import relay_wakeup_channel
 from app.web import health, openapi
 from app.web.health import close_bus_probes
@@ -142,6 +144,7 @@ def create_app(settings: Settings | None = None) -> MeshApp:
                                     settings.web_cache_ttl_seconds,
                                     enabled=hub.connected.is_set, redis=redis)
         reach = ReachCache(settings.web_cache_max_entries, settings.web_cache_ttl_seconds,
+                           functools.partial(social_store.pair_relationships, pool),
                            enabled=hub.connected.is_set, redis=redis)
         hub.add_listener(principals)
         hub.add_listener(reach)

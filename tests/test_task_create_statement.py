@@ -7,6 +7,7 @@ Postgres of the test stack."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import asyncpg
 import pytest
@@ -20,6 +21,7 @@ from app.services import accounts, task_creation
 from app.services import tasks as tasks_service
 from app.services.mesh import Mesh
 from app.services.reach_cache import ReachCache
+from app.store import social as social_store
 from tests.support.meshapi import MeshFactory
 
 
@@ -103,7 +105,8 @@ async def test_a_recipient_deleted_after_the_reach_check_gets_nothing(
         plain: Mesh) -> None:
     a, b = await mesh.pair()
     me = await accounts.resolve(db, migrated, a.token)
-    cached = dataclasses.replace(plain, reach=ReachCache(100, 600))
+    reach = ReachCache(100, 600, functools.partial(social_store.pair_relationships, db))
+    cached = dataclasses.replace(plain, reach=reach)
     await task_creation.create_task(cached, me, _create(b.agent_id, "one"))
     # Deleted behind the cache's back: the cached "friends" still lets the send
     # through to the statement, which must find no counter row and write nothing.

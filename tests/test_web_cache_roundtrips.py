@@ -4,6 +4,8 @@ driver sends (BEGIN and COMMIT included) is one round trip."""
 
 from __future__ import annotations
 
+import asyncio
+import functools
 from collections.abc import AsyncIterator, Collection
 
 import asyncpg
@@ -18,6 +20,7 @@ from app.services import tasks as tasks_service
 from app.services.mesh import Mesh
 from app.services.principal_cache import PrincipalCache
 from app.services.reach_cache import ReachCache
+from app.store import social as social_store
 from tests.support.meshapi import MeshFactory
 
 
@@ -63,7 +66,8 @@ async def test_round_trips_per_send(mesh: MeshFactory, migrated: Settings,
                                     redis_client: aioredis.Redis) -> None:
     pool, statements = counted
     a, b = await mesh.pair()
-    principals, reach = PrincipalCache(100, 600), ReachCache(100, 600)
+    principals = PrincipalCache(100, 600)
+    reach = ReachCache(100, 600, functools.partial(social_store.pair_relationships, pool))
     woken = Woken()
     # The relationship cache and the wake-up, without the create batcher: the
     # create's own statement is what is counted.
@@ -96,3 +100,27 @@ async def test_round_trips_per_send(mesh: MeshFactory, migrated: Settings,
     # The task with a retry's message, then the message, its event and the touch.
     assert len(appended) == 2, appended
     assert woken.times == 4
+
+
+async def test_a_cold_cache_asks_once_for_the_pairs_that_meet(
+        mesh: MeshFactory, counted: tuple[asyncpg.Pool, Statements]) -> None:
+    """A new web process meets many pairs at once; they share a query, and each
+    pair gets its own answer from it."""
+    pool, statements = counted
+    a, b = await mesh.pair()
+    alice_too = await mesh.owner()
+    a2, stranger = await alice_too.agent("a2"), await (await mesh.owner()).agent("c")
+    await mesh.befriend(a2, b)
+    reach = ReachCache(100, 600, functools.partial(social_store.pair_relationships, pool))
+    pairs = [(a.agent_id, b.agent_id), (b.agent_id, a.agent_id), (a.agent_id, stranger.agent_id),
+             (a2.agent_id, b.agent_id), (a2.agent_id, "nobody@nowhere"), (stranger.agent_id, a2.agent_id)]
+    statements.take()
+    rels = await asyncio.gather(*(reach.relationship(s, r) for s, r in pairs))
+    asked = [q for q in statements.take() if "friendships" in q]
+    # Two queries at once: the first two misses go alone, the four behind them together.
+    assert len(asked) == 3, asked
+    assert [(r.friends, r.both_exist) for r in rels] == [
+        (True, True), (True, True), (False, True), (True, True), (False, False), (False, True)]
+    await asyncio.gather(*(reach.relationship(s, r) for s, r in pairs))
+    # Kept, but for the pair naming no agent, which is asked again.
+    assert len([q for q in statements.take() if "friendships" in q]) == 1

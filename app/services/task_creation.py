@@ -5,7 +5,6 @@ through app.services.task_creates; what follows on a task is app.services.tasks.
 
 from __future__ import annotations
 
-import functools
 from datetime import UTC, datetime
 
 import asyncpg
@@ -31,9 +30,8 @@ async def check_can_message(mesh: Mesh, sender: str, recipient: str) -> None:
     relationship cache answers when it has one, else Postgres."""
     if sender == recipient:
         raise bad_request("an agent cannot send a task to itself")
-    load = functools.partial(social_store.relationship, mesh.pool, sender, recipient)
-    reach = mesh.reach
-    rel = await (reach.relationship(sender, recipient, load) if reach is not None else load())
+    rel = await (mesh.reach.relationship(sender, recipient) if mesh.reach is not None
+                 else social_store.relationship(mesh.pool, sender, recipient))
     if not rel.both_exist:  # the sender is authenticated, so the recipient is missing
         raise not_found(f"unknown agent '{recipient}'")
     if not can_communicate(rel):

@@ -14,32 +14,41 @@ def pair(a: str, b: str) -> tuple[str, str]:
 
 
 async def relationship(conn: Conn, a: str, b: str) -> Relationship:
-    return (await relationships(conn, a, [b]))[b]
+    return (await pair_relationships(conn, [(a, b)]))[0]
 
 
 async def relationships(conn: Conn, sender: str,
                         recipients: list[str]) -> dict[str, Relationship]:
     """The facts ``can_communicate`` decides on, for one sender and many recipients
-    in one query (a task's one recipient, a broadcast's many)."""
+    in one query (a broadcast's)."""
+    rels = await pair_relationships(conn, [(sender, r) for r in recipients])
+    return dict(zip(recipients, rels, strict=True))
+
+
+async def pair_relationships(conn: Conn,
+                             pairs: list[tuple[str, str]]) -> list[Relationship]:
+    """The facts ``can_communicate`` decides on, per (sender, recipient) pair, in
+    one query and in the pairs' order (a task's one pair; the reach checks that
+    meet in a web process, app.services.reach_cache)."""
     rows = await conn.fetch(
         """
-        SELECT r.agent_id,
+        SELECT
           EXISTS (SELECT 1 FROM friendships f WHERE f.status = 'accepted' AND
-                  ((f.agent_a = $1 AND f.agent_b = r.agent_id) OR
-                   (f.agent_a = r.agent_id AND f.agent_b = $1))) AS friends,
+                  ((f.agent_a = r.sender AND f.agent_b = r.agent_id) OR
+                   (f.agent_a = r.agent_id AND f.agent_b = r.sender))) AS friends,
           EXISTS (SELECT 1 FROM group_members m1 JOIN group_members m2 USING (group_id)
-                  WHERE m1.agent_id = $1 AND m2.agent_id = r.agent_id) AS shares_group,
+                  WHERE m1.agent_id = r.sender AND m2.agent_id = r.agent_id) AS shares_group,
           coalesce((SELECT a.owner_id = s.owner_id FROM agents a, agents s
-                    WHERE a.agent_id = r.agent_id AND s.agent_id = $1), false) AS same_owner,
-          EXISTS (SELECT 1 FROM agents WHERE agent_id IN ($1, r.agent_id)
+                    WHERE a.agent_id = r.agent_id AND s.agent_id = r.sender), false) AS same_owner,
+          EXISTS (SELECT 1 FROM agents WHERE agent_id IN (r.sender, r.agent_id)
                   AND kind = 'virtual-user') AS either_virtual_user,
           -- One side is an owner's virtual user and one of that owner's own agents
           -- may talk to the other side (permissions.speaks_for_own_agents).
           EXISTS (SELECT 1 FROM agents h
                   JOIN agents mine ON mine.owner_id = h.owner_id AND mine.kind <> 'virtual-user'
-                  CROSS JOIN LATERAL (SELECT CASE WHEN h.agent_id = $1 THEN r.agent_id
-                                                  ELSE $1 END AS other) o
-                  WHERE h.agent_id IN ($1, r.agent_id) AND h.kind = 'virtual-user'
+                  CROSS JOIN LATERAL (SELECT CASE WHEN h.agent_id = r.sender THEN r.agent_id
+                                                  ELSE r.sender END AS other) o
+                  WHERE h.agent_id IN (r.sender, r.agent_id) AND h.kind = 'virtual-user'
                     AND mine.agent_id <> o.other
                     AND (EXISTS (SELECT 1 FROM friendships f WHERE f.status = 'accepted'
                                  AND ((f.agent_a = mine.agent_id AND f.agent_b = o.other)
@@ -49,13 +58,14 @@ async def relationships(conn: Conn, sender: str,
                                     WHERE g1.agent_id = mine.agent_id
                                       AND g2.agent_id = o.other))) AS owner_agent_may,
           EXISTS (SELECT 1 FROM agents WHERE agent_id = r.agent_id) AS both_exist
-        FROM unnest($2::text[]) AS r(agent_id)
-        """, sender, recipients)
-    return {r["agent_id"]: Relationship(
+        FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS r(sender, agent_id, n)
+        ORDER BY r.n
+        """, [s for s, _ in pairs], [r for _, r in pairs])
+    return [Relationship(
         friends=r["friends"], shares_group=r["shares_group"], same_owner=r["same_owner"],
         either_virtual_user=r["either_virtual_user"], owner_agent_may=r["owner_agent_may"],
         both_exist=r["both_exist"])
-        for r in rows}
+        for r in rows]
 
 
 # --- friendships -------------------------------------------------------------

@@ -110,6 +110,18 @@ class Loader:
         return self.value
 
 
+class PairLoader(Loader):
+    """The reach cache's loader: one answer per pair asked, the pairs kept."""
+
+    def __init__(self, value: Relationship) -> None:
+        super().__init__(value)
+        self.asked: list[list[tuple[str, str]]] = []
+
+    async def __call__(self, pairs: list[tuple[str, str]]) -> list[Relationship]:  # type: ignore[override]
+        self.asked.append(pairs)
+        return [await super().__call__()] * len(pairs)
+
+
 async def test_a_resolved_token_is_served_from_memory_until_its_agent_is_noticed() -> None:
     cache = PrincipalCache(100, 600)
     load = Loader(AGENT)
@@ -152,45 +164,68 @@ async def test_a_notice_during_a_lookup_keeps_the_stale_answer_out() -> None:
 
 
 async def test_a_resubscribe_drops_everything() -> None:
-    principals, reach = PrincipalCache(100, 600), ReachCache(100, 600)
-    owner = Owner(1, "alice", False, expires_at=time.time() + 3600)
     rel = Relationship(friends=True, shares_group=False, same_owner=False,
                        either_virtual_user=False)
-    load_owner, load_rel = Loader(owner), Loader(rel)
+    load_rel = PairLoader(rel)
+    principals, reach = PrincipalCache(100, 600), ReachCache(100, 600, load_rel)
+    owner = Owner(1, "alice", False, expires_at=time.time() + 3600)
+    load_owner = Loader(owner)
     await principals.resolve("owner-token", load_owner)
-    await reach.relationship("a", "b", load_rel)
+    await reach.relationship("a", "b")
     principals.reset()
     reach.reset()
     await principals.resolve("owner-token", load_owner)
-    await reach.relationship("a", "b", load_rel)
+    await reach.relationship("a", "b")
     assert (load_owner.calls, load_rel.calls) == (2, 2)
 
 
 async def test_relationships_are_dropped_by_a_reach_or_credential_notice() -> None:
-    reach = ReachCache(100, 600)
-    load = Loader(Relationship(friends=True, shares_group=False, same_owner=False,
-                               either_virtual_user=False))
-    await reach.relationship("a", "b", load)
-    await reach.relationship("a", "b", load)
+    load = PairLoader(Relationship(friends=True, shares_group=False, same_owner=False,
+                                   either_virtual_user=False))
+    reach = ReachCache(100, 600, load)
+    await reach.relationship("a", "b")
+    await reach.relationship("a", "b")
     assert load.calls == 1
     reach.notice(Notice("a", "event"))  # an event for a: nothing changed
-    await reach.relationship("a", "b", load)
+    await reach.relationship("a", "b")
     assert load.calls == 1
     reach.notice(parse_notice(reach_notice().encode()))
-    await reach.relationship("a", "b", load)
+    await reach.relationship("a", "b")
     assert load.calls == 2
     reach.notice(Notice("zz", "auth"))  # an agent deleted: it may have been anyone's peer
-    await reach.relationship("a", "b", load)
+    await reach.relationship("a", "b")
     assert load.calls == 3
 
 
 async def test_a_pair_with_a_missing_agent_is_not_kept() -> None:
-    reach = ReachCache(100, 600)
-    load = Loader(Relationship(friends=False, shares_group=False, same_owner=False,
-                               either_virtual_user=False, both_exist=False))
-    await reach.relationship("a", "later", load)
-    await reach.relationship("a", "later", load)
+    load = PairLoader(Relationship(friends=False, shares_group=False, same_owner=False,
+                                   either_virtual_user=False, both_exist=False))
+    reach = ReachCache(100, 600, load)
+    await reach.relationship("a", "later")
+    await reach.relationship("a", "later")
     assert load.calls == 2
+
+
+async def test_misses_that_meet_share_one_query_and_a_change_keeps_them_out() -> None:
+    load = PairLoader(Relationship(friends=True, shares_group=False, same_owner=False,
+                                   either_virtual_user=False))
+    reach = ReachCache(100, 600, load)
+    load.gate = asyncio.Event()
+    first = asyncio.create_task(reach.relationship("s0", "r"))
+    await load.entered.wait()  # the first miss is asked alone, at once
+    rest = [asyncio.create_task(reach.relationship(f"s{i}", "r")) for i in range(1, 40)]
+    await asyncio.sleep(0)
+    # A reach change while the misses wait: their answers may predate it.
+    reach.notice(parse_notice(reach_notice().encode()))
+    load.gate.set()
+    await asyncio.gather(first, *rest)
+    assert sorted(len(pairs) for pairs in load.asked) == [1, 1, 38]  # two slots, then one query
+    assert [p for pairs in load.asked for p in pairs] == [(f"s{i}", "r") for i in range(40)]
+    load.gate = None
+    await asyncio.gather(*(reach.relationship(f"s{i}", "r") for i in range(40)))
+    assert sum(len(pairs) for pairs in load.asked) == 80  # none of them was kept…
+    await asyncio.gather(*(reach.relationship(f"s{i}", "r") for i in range(40)))
+    assert sum(len(pairs) for pairs in load.asked) == 80  # …the answers after it are
 
 
 def test_the_reach_notice_wakes_no_agent() -> None:
