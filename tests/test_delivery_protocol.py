@@ -55,6 +55,13 @@ async def test_push_writes_what_the_reader_reads(migrated: Settings, db: asyncpg
     reader = InboxReader(db, redis_client, agent_id, 0)
     assert await reader.next_batch() == []  # the catch-up from Postgres: nothing there
     assert await reader.next_batch() == [WireEvent(1, "task.message", data)]
+    assert reader.more is False  # drained: what comes next is announced by a notice
+
+    # seq 3 without seq 2, which Postgres does not have either: the reader stops
+    # before the gap and says to read again rather than wait for a notice.
+    await push.write([PushEvent(agent_id, 3, "task.message", data)])
+    assert await reader.next_batch() == []
+    assert reader.more is True and reader.last == 1
     await redis_client.delete(key)
 
 

@@ -94,6 +94,11 @@ class Waiter:
         if self.on_wake is not None:
             self.on_wake()
 
+    def take_woken(self) -> bool:
+        """Whether it was woken since the last wait, clearing the flag."""
+        woken, self._woken = self._woken, False
+        return woken
+
     async def wait(self, timeout: float) -> bool:
         """True when woken (also before the call), False on timeout. Clears the
         flag either way."""

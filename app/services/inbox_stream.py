@@ -173,7 +173,11 @@ class InboxStream:
                                 for ev in batch:
                                     yield ev
                                 await self.delivered(batch)
-                                continue
+                                if self.source.more:
+                                    continue
+                                # Drained: a notice that came during the read or the
+                                # hand-over has woken the waiter, so the wait below
+                                # returns at once; otherwise nothing is there to read.
                         tick = s.sse_keepalive_seconds
                         left = tick if self.who.expires_at is None else \
                             self.who.expires_at - clock.time()

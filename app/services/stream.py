@@ -46,6 +46,10 @@ class InboxReader:
         self.agent_id = agent_id
         self.last = after
         self.catching_up = True
+        # Whether the last read may have left events behind (a full batch, a gap
+        # Postgres could not close yet, an entry out of order): read again at once.
+        # Otherwise what comes next is announced by a notice.
+        self.more = True
         self.gap_fills = 0
 
     async def next_batch(self, *, from_postgres: bool = False) -> list[WireEvent]:
@@ -53,7 +57,7 @@ class InboxReader:
         if self.catching_up or from_postgres:
             events = await inbox_store.after(self.pool, self.agent_id, self.last, BATCH)
             self.catching_up = len(events) == BATCH
-            return self._advance(events)
+            return self._advance(events, more=self.catching_up)
         try:
             entries = await self.redis.xrange(delivery.inbox_stream_key(self.agent_id),
                                               min=delivery.entry_id(self.last + 1), max="+",
@@ -62,6 +66,7 @@ class InboxReader:
             log.warning("stream %s: Redis unavailable (%s); reading Postgres", self.agent_id, exc)
             return await self.next_batch(from_postgres=True)
         out: list[WireEvent] = []
+        more = len(entries) == BATCH
         for entry, fields in entries:
             seq = delivery.entry_seq(entry)
             expected = self.last + 1 if not out else out[-1].seq + 1
@@ -75,15 +80,18 @@ class InboxReader:
                 SSE_GAP_FILLS.inc()
                 out.extend(filled)
                 if not filled or filled[-1].seq != seq - 1:
-                    break  # Postgres could not close the gap yet; resume from there next time
+                    more = True  # Postgres could not close the gap yet; resume from there
+                    break
             out.append(_from_entry(seq, fields))
-        return self._advance(out)
+        return self._advance(out, more=more)
 
-    def _advance(self, events: list[WireEvent]) -> list[WireEvent]:
+    def _advance(self, events: list[WireEvent], *, more: bool) -> list[WireEvent]:
         ordered: list[WireEvent] = []
         for ev in events:
             if ev.seq != self.last + 1:
-                break  # never skip: the rest comes in a later batch
+                more = True  # never skip: the rest comes in a later batch
+                break
             ordered.append(ev)
             self.last = ev.seq
+        self.more = more
         return ordered

@@ -42,18 +42,18 @@ class Client:
     ``on_wake``) moves that timeout to now. So one suspended coroutine learns of
     a notice, a tick and a disconnect alike, at once, with no listener task.
     Cancelling a pending ``receive()`` is what every task-group SSE response
-    does to its listener, so servers handle it.
+    does to its listener, so servers handle it. Whether it was woken is the
+    waiter's own flag, so a wake-up while the stream reads or writes — before
+    its first wait too — makes the next wait return at once.
     """
 
-    __slots__ = ("_receive", "_timeout", "_woken")
+    __slots__ = ("_receive", "_timeout")
 
     def __init__(self, receive: Receive) -> None:
         self._receive = receive
         self._timeout: asyncio.Timeout | None = None
-        self._woken = False
 
     def _wake(self) -> None:
-        self._woken = True
         timeout = self._timeout
         if timeout is not None and not timeout.expired():
             timeout.reschedule(0)  # in the past: fires at the next loop turn
@@ -61,8 +61,7 @@ class Client:
     async def wait(self, waiter: Waiter, timeout: float) -> bool | None:
         """True when woken, False when ``timeout`` passed, None when the client left."""
         waiter.on_wake = self._wake
-        if self._woken:
-            self._woken = False
+        if waiter.take_woken():
             return True
         try:
             async with asyncio.timeout(timeout) as self._timeout:
@@ -72,8 +71,7 @@ class Client:
                     pass
             return None
         except TimeoutError:
-            woken, self._woken = self._woken, False
-            return woken
+            return waiter.take_woken()
         finally:
             self._timeout = None
 

@@ -43,6 +43,8 @@ class FakeClock:
 class FakeSource:
     def __init__(self) -> None:
         self.last = 0
+        self.more = False  # what the next read says of itself (InboxReader.more)
+        self.says_more: list[bool] = []  # ... for the reads after that, in turn
         self.pending: list[WireEvent] = []
         self.reads: list[bool] = []  # from_postgres of each read
         # Runs after the next read comes back empty: what "meanwhile" means here,
@@ -56,6 +58,7 @@ class FakeSource:
 
     async def next_batch(self, *, from_postgres: bool = False) -> list[WireEvent]:
         self.reads.append(from_postgres)
+        self.more = self.says_more.pop(0) if self.says_more else False
         out, self.pending = self.pending, []
         if out:
             self.last = out[-1].seq
@@ -103,6 +106,36 @@ async def test_events_in_order_then_receipts_for_the_batch() -> None:
     assert h.delivered == [[1, 2, 3]]
     await h.items.aclose()
     assert h.hub.watching() == 0  # the waiter is gone with the stream
+
+
+async def test_a_drained_read_waits_for_the_next_notice_instead_of_reading_again() -> None:
+    h = Harness()
+    h.source.add(1)
+    assert (await h.next()).seq == 1  # type: ignore[union-attr]
+    assert await h.next() is KEEP_ALIVE
+    assert h.source.reads == [False]  # no second read that finds nothing
+
+    h.source.add(1)  # an event and its notice
+    h.hub.wake(AGENT)
+    assert (await h.next()).seq == 2  # type: ignore[union-attr]
+    h.source.add(1)  # the next one, announced while the second is handed over
+    h.hub.wake(AGENT)
+    assert (await h.next()).seq == 3  # type: ignore[union-attr]
+    assert h.source.reads == [False] * 3  # one read per event
+    assert h.clock.now == 1015  # only the idle tick passed: the last wait returned at once
+    assert h.delivered == [[1], [2]]  # the third is recorded once handed over
+    await h.items.aclose()
+
+
+async def test_a_read_that_may_have_left_events_is_followed_by_another_at_once() -> None:
+    h = Harness()
+    h.source.add(2)
+    h.source.says_more = [True]  # e.g. a full batch: the next read comes before any wait
+    assert [(await h.next()).seq for _ in range(2)] == [1, 2]  # type: ignore[union-attr]
+    assert await h.next() is KEEP_ALIVE
+    assert h.source.reads == [False, False]
+    assert h.clock.waits == [15]  # the one wait came after the second (drained) read
+    await h.items.aclose()
 
 
 async def test_a_notice_wakes_the_stream_without_a_keep_alive() -> None:
