@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 
 from bench.client import Client
+from bench.counters import delta_commands, redis_commandstats
 from bench.cpu import Interval
 from bench.env import BASELINE_RELAY, Env
 from bench.load import Cast, inbox_seqs, make_cast, new_message_id, send
@@ -59,9 +60,13 @@ async def s_latency(env: Env, ctx: dict, plan: Plan) -> Section:  # type: ignore
     await latency.run(urls, db, cast, client, rate=plan.rate, seconds=2.0, settle=5.0)
     low = await latency.run(urls, db, cast, client, rate=plan.low_rate,
                             seconds=plan.low_seconds, settle=5.0)
+    # INFO commandstats costs Redis nothing to keep, so the measured run is counted
+    # too: a round trip removed shows here whatever the machine's noise does to CPU.
+    redis_before = await redis_commandstats(env.settings.redis_url)
     cur = await latency.run(urls, db, cast, client, rate=plan.rate,
                             seconds=plan.latency_seconds, settle=15.0,
                             meter=env.meter(procs_of(ctx)))
+    redis_cur = delta_commands(redis_before, await redis_commandstats(env.settings.redis_url))
     await topo.restart(env, "outbox", env.variant(**BASELINE_RELAY))
     await client.prewarm(16)
     base = await latency.run(urls, db, cast, client, rate=plan.rate,
@@ -125,6 +130,13 @@ async def s_latency(env: Env, ctx: dict, plan: Plan) -> Section:  # type: ignore
             sec.note(f"\n{label}: {len(r.errors)} errors, first: `{r.errors[0]}`")
     sec.note("\nCPU during the current run at the target rate:")
     cpu_note(sec, cur.cpu, cur.accepted, "send")
+    if cur.accepted:
+        per_send = ", ".join(f"{cmd} {fmt(calls / cur.accepted)}"
+                             for cmd, (calls, _usec) in redis_cur.items())
+        total = sum(calls for calls, _usec in redis_cur.values())
+        sec.note(f"\nRedis commands per send during the current run (every process, settle "
+                 f"included; pipelined commands count one each): {fmt(total / cur.accepted)} — "
+                 f"{per_send}.")
     sec.note("\nCPU during the baseline run at the target rate:")
     cpu_note(sec, base.cpu, base.accepted, "send")
     if cur.cpu is not None and base.cpu is not None and (c.p50 > 10 or c.p99 > 50):
