@@ -102,8 +102,7 @@ class Waiter:
     async def wait(self, timeout: float) -> bool:
         """True when woken (also before the call), False on timeout. Clears the
         flag either way."""
-        if self._woken:
-            self._woken = False
+        if self.take_woken():
             return True
         if self._event is None:
             self._event = asyncio.Event()
