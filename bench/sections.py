@@ -3,7 +3,6 @@ describe the figures. ``RUNNERS`` maps a scenario's name to its section."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Awaitable, Callable
 
 from bench.client import Client
@@ -16,7 +15,6 @@ from bench.report import Section, verdict
 from bench.scenarios import daemon, idle_sse, latency, longpoll, pgbench, relay, sends
 from bench.stats import Dist, fmt, fmt_ratio
 from bench.topology import Topology
-from bench.wakeup_probe import WakeupProbe
 
 
 def ms(d: Dist, p: str) -> str:
@@ -50,24 +48,6 @@ def cpu_note(sec: Section, cpu: Interval | None, n: int, unit: str) -> None:
              f"at most ~{fmt(2000 / total)} {unit}s/s.")
 
 
-def wakeup_note(sec: Section, probe: WakeupProbe,
-                *runs: tuple[latency.LatencyRun, tuple[float, float]]) -> None:
-    """The wake-up probe's price during each run, and CPU per send in that price."""
-    cells = []
-    for name, (run, window) in zip(("current", "baseline"), runs, strict=False):
-        micros = probe.samples.median(*window)
-        if micros is None or run.cpu is None or not run.accepted:
-            continue
-        per_send_us = 1e6 * run.cpu.pipeline / run.accepted
-        cells.append(f"{name} run {fmt(micros, 'µs')} per exchange, CPU per send "
-                     f"= {fmt(per_send_us / micros)} exchanges")
-    if cells:
-        sec.note("\nWake-up probe (`bench/wakeup_probe.py`: two processes passing a message "
-                 "every 5 ms, on-CPU time per exchange; its median in each run's window): "
-                 + "; ".join(cells) + ". The pipeline's CPU per send moves with this price "
-                 "from run to run; the count in exchanges is what compares across runs.")
-
-
 async def s_latency(env: Env, ctx: dict, plan: Plan) -> Section:  # type: ignore[type-arg]
     sec = Section("1. E2E latency send → SSE")
     topo: Topology = ctx["topology"]
@@ -83,22 +63,15 @@ async def s_latency(env: Env, ctx: dict, plan: Plan) -> Section:  # type: ignore
     # INFO commandstats costs Redis nothing to keep, so the measured run is counted
     # too: a round trip removed shows here whatever the machine's noise does to CPU.
     redis_before = await redis_commandstats(env.settings.redis_url)
-    async with WakeupProbe() as probe:
-        await probe.first_sample()
-        cur_window = time.time()
-        cur = await latency.run(urls, db, cast, client, rate=plan.rate,
-                                seconds=plan.latency_seconds, settle=15.0,
-                                meter=env.meter(procs_of(ctx)))
-        cur_window = (cur_window, time.time())
-        redis_cur = delta_commands(redis_before,
-                                   await redis_commandstats(env.settings.redis_url))
-        await topo.restart(env, "outbox", env.variant(**BASELINE_RELAY))
-        await client.prewarm(16)
-        base_window = time.time()
-        base = await latency.run(urls, db, cast, client, rate=plan.rate,
-                                 seconds=plan.latency_seconds, settle=15.0,
-                                 meter=env.meter(procs_of(ctx)))
-        base_window = (base_window, time.time())
+    cur = await latency.run(urls, db, cast, client, rate=plan.rate,
+                            seconds=plan.latency_seconds, settle=15.0,
+                            meter=env.meter(procs_of(ctx)))
+    redis_cur = delta_commands(redis_before, await redis_commandstats(env.settings.redis_url))
+    await topo.restart(env, "outbox", env.variant(**BASELINE_RELAY))
+    await client.prewarm(16)
+    base = await latency.run(urls, db, cast, client, rate=plan.rate,
+                             seconds=plan.latency_seconds, settle=15.0,
+                             meter=env.meter(procs_of(ctx)))
     base_low = await latency.run(urls, db, cast, client, rate=plan.low_rate,
                                  seconds=plan.low_seconds, settle=5.0)
     await topo.restart(env, "outbox", None)
@@ -166,7 +139,6 @@ async def s_latency(env: Env, ctx: dict, plan: Plan) -> Section:  # type: ignore
                  f"{per_send}.")
     sec.note("\nCPU during the baseline run at the target rate:")
     cpu_note(sec, base.cpu, base.accepted, "send")
-    wakeup_note(sec, probe, (cur, cur_window), (base, base_window))
     if cur.cpu is not None and base.cpu is not None and (c.p50 > 10 or c.p99 > 50):
         web_used, web_wait = cur.cpu.share("web")
         sec.note(
