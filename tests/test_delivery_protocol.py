@@ -42,7 +42,9 @@ async def test_push_writes_what_the_reader_reads(migrated: Settings, db: asyncpg
                     if found.agent_id == agent_id:
                         return found
 
-        assert await asyncio.wait_for(notice(), 30) == delivery.Notice(agent_id, "event")
+        found = await asyncio.wait_for(notice(), 30)
+        assert (found.agent_id, found.kind) == (agent_id, "event")
+        assert delivery.carried_events(found.carried) == [WireEvent(1, "task.message", data)]
     finally:
         await pubsub.aclose()
 
@@ -63,6 +65,33 @@ async def test_push_writes_what_the_reader_reads(migrated: Settings, db: asyncpg
     assert await reader.next_batch() == []
     assert reader.more is True and reader.last == 1
     await redis_client.delete(key)
+
+
+async def test_the_reader_hands_over_carried_events_that_go_on_from_its_last(
+        migrated: Settings, db: asyncpg.Pool, redis_client: aioredis.Redis, uniq: str) -> None:
+    """Which bytes come back tells where they were read: the notice's (here unlike
+    the stream's) or the Redis stream's."""
+    agent_id = f"carry-{uniq}@nobody"  # no such agent: Postgres has nothing
+    push = Push(migrated, redis_client, subscriber=None)  # type: ignore[arg-type]
+    in_redis = [PushEvent(agent_id, seq, "task.message", b'{"in":"redis","seq":%d}' % seq)
+                for seq in (1, 2, 3)]
+    await push.write(in_redis[:1])
+    reader = InboxReader(db, redis_client, agent_id, 0)
+    assert await reader.next_batch() == []  # the catch-up from Postgres
+
+    carried = [WireEvent(1, "task.message", b'{"in":"notice"}')]
+    assert await reader.next_batch(offered=carried) == carried  # no read of the stream
+    assert (reader.last, reader.more) == (1, False)
+    assert await reader.next_batch(offered=carried) == []  # handed over already: no read
+    assert reader.more is False
+
+    # An offer that does not go on from seq 1 (the notice of 2 was missed): the
+    # stream is read, and its bytes come back.
+    await push.write(in_redis[1:])
+    assert await reader.next_batch(offered=[WireEvent(3, "task.message", b"{}")]) == [
+        WireEvent(ev.seq, ev.type, ev.raw) for ev in in_redis[1:]]
+    assert reader.last == 3
+    await redis_client.delete(delivery.inbox_stream_key(agent_id))
 
 
 def test_only_the_protocol_module_spells_the_names() -> None:

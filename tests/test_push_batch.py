@@ -12,7 +12,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from app.delivery import protocol as delivery
-from app.domain.event_wire import encode_event, peek
+from app.domain.event_wire import WireEvent, encode_event, peek
 from app.platform.settings import Settings
 from workers import push as push_worker
 from workers.bus import Delivery
@@ -68,8 +68,13 @@ async def test_one_pipeline_writes_a_batch_refuses_repeats_and_notices_each_agen
                         notices.append(found)
 
         await asyncio.wait_for(until_both(), 30)
-        # The pipeline's notices come before the redelivery's: one per agent each.
+        # The pipeline's notices come before the redelivery's: one per agent each,
+        # carrying that agent's events of the batch.
         assert [n.agent_id for n in notices] == agents
+        for notice in notices:
+            assert delivery.carried_events(notice.carried) == [
+                WireEvent(ev.seq, ev.type, ev.raw) for ev in batch
+                if ev.agent_id == notice.agent_id]
     finally:
         await pubsub.aclose()
     for agent_id in agents:

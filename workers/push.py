@@ -3,7 +3,9 @@
 For every record the push worker appends the event to the agent's stream with
 the explicit entry id ``{seq}-0`` — Redis refuses an id not above the stream's
 last one, which makes "write only if newer" atomic and free — then PUBLISHes a
-wake-up for the web processes holding that agent's SSE streams or long-polls;
+wake-up for the web processes holding that agent's SSE streams or long-polls,
+with the events themselves when they are small (a caught-up stream then needs
+no read of its own);
 a whole fetched batch is one Redis pipeline (ADR 022). Offsets are committed
 only after the writes, so a crash re-delivers and Redis refuses what was
 already written.
@@ -25,6 +27,7 @@ from redis.exceptions import RedisError
 
 from app.delivery import protocol as delivery
 from app.domain import event_wire
+from app.domain.event_wire import WireEvent
 from app.platform import tracing
 from app.platform.metrics import DEDUP_HITS, PUSH_WRITTEN
 from app.platform.retry import Backoff, retry
@@ -86,23 +89,25 @@ class Push:
     async def write(self, events: Sequence[PushEvent]) -> None:
         """Write a batch in one round trip: one pipeline of an XADD per event
         (the explicit id ``{seq}-0`` is the dedup: Redis refuses an id not above
-        the stream's last), then one EXPIRE per stream and one notice per agent.
-        Notices are hints that make a reader re-read its stream, so one per
-        agent and batch wakes it as well as one per event did."""
+        the stream's last), then one EXPIRE per stream and one notice per agent,
+        carrying that agent's events of the batch when they are small. One notice
+        per agent and batch wakes a reader as well as one per event did."""
         if not events:
             return
         maxlen = self.settings.push_stream_maxlen
         pipe = self.redis.pipeline(transaction=False)
-        last_seq: dict[str, int] = {}
+        by_agent: dict[str, list[WireEvent]] = {}
         for ev in events:
             pipe.xadd(delivery.inbox_stream_key(ev.agent_id),
                       {delivery.EVENT_FIELD: ev.raw, delivery.TYPE_FIELD: ev.type},
                       id=delivery.entry_id(ev.seq), maxlen=maxlen, approximate=True)
-            last_seq[ev.agent_id] = max(ev.seq, last_seq.get(ev.agent_id, 0))
-        for agent_id in last_seq:
+            by_agent.setdefault(ev.agent_id, []).append(WireEvent(ev.seq, ev.type, ev.raw))
+        for agent_id in by_agent:
             pipe.expire(delivery.inbox_stream_key(agent_id), delivery.STREAM_TTL_SECONDS)
-        for agent_id, seq in last_seq.items():
-            pipe.publish(delivery.NOTIFY_CHANNEL, delivery.event_notice(agent_id, seq))
+        for agent_id, written in by_agent.items():
+            # A redelivered event rides along too: a reader drops a seq it handed over.
+            pipe.publish(delivery.NOTIFY_CHANNEL,
+                         delivery.event_notice_carrying(agent_id, written))
         async with pipe:
             results = await pipe.execute(raise_on_error=False)
         written = dups = 0

@@ -1,9 +1,10 @@
 """Wake-ups for waiting inbox readers (SSE streams and long-polls).
 
 The push worker PUBLISHes a notice (app.delivery.protocol) on one Redis channel after it
-writes an event to the agent's stream. Each web process holds ONE subscriber
-connection and wakes its local waiters for that agent — so thousands of idle
-streams cost one Redis connection, not one each.
+writes an event to the agent's stream, with the event when it is small. Each web
+process holds ONE subscriber connection and wakes its local waiters for that
+agent — so thousands of idle streams cost one Redis connection, not one each —
+handing a stream's waiter the events the notice carried.
 
 A long-poll reads Postgres, so it need not wait for the relay and the push
 worker: the web process that committed an event also publishes a commit notice
@@ -11,7 +12,8 @@ worker: the web process that committed an event also publishes a commit notice
 kind ``LONG_POLL`` — a stream waiter woken by it would find its Redis stream
 still without the event.
 
-A notification is only a hint: readers always re-read their source. When the
+A notification is only a hint: a reader re-reads its source unless the events
+every notice since its last read carried continue it exactly. When the
 subscription breaks (Redis restart) every waiter is woken once after
 reconnecting, since notifications may have been missed meanwhile.
 """
@@ -33,9 +35,11 @@ from app.delivery.protocol import (
     NOTIFY_CHANNEL,
     Notice,
     auth_notice,
+    carried_events,
     parse_notice,
 )
 from app.delivery.redis_follow import follow
+from app.domain.event_wire import WireEvent
 from app.platform.background import cancel
 from app.platform.retry import Backoff
 
@@ -67,32 +71,68 @@ LONG_POLL: WaiterKind = "long-poll"
 STREAM: WaiterKind = "stream"
 
 
+# The most carried event bytes a waiter keeps between two reads of its stream; a
+# stream that falls further behind (a client slow to take what it is sent) reads
+# its source instead.
+OFFER_MAX_BYTES = 64 * 1024
+
+
 class Waiter:
-    """One reader's wake-up flag; set by the hub, cleared by the reader."""
+    """One reader's wake-up flag; set by the hub, cleared by the reader. A stream's
+    waiter also keeps the events the notices since its last read carried
+    (:meth:`take_offered`)."""
 
-    __slots__ = ("_event", "_woken", "agent_id", "auth_changed", "kind", "on_wake")
+    __slots__ = ("_event", "_must_read", "_offered", "_offered_bytes", "_woken", "agent_id",
+                 "auth_changed", "kind", "on_wake", "takes_offers")
 
-    def __init__(self, agent_id: str, kind: WaiterKind = STREAM) -> None:
+    def __init__(self, agent_id: str, kind: WaiterKind = STREAM, *,
+                 takes_offers: bool = False) -> None:
         self.agent_id = agent_id
         self.kind = kind
+        # Only a reader that calls take_offered is handed carried events.
+        self.takes_offers = takes_offers
         # Made by the first wait(): an SSE stream never calls it (it waits in the
         # client's receive() and hears on_wake), and ten thousand idle streams
         # would each hold an unused asyncio.Event (~1 KB).
         self._event: asyncio.Event | None = None
         self._woken = False
+        self._offered: list[WireEvent] | None = None
+        self._offered_bytes = 0
+        self._must_read = False
         self.auth_changed = False
         # A reader that waits on something else too (an SSE stream waits in the
         # client's receive(), app.web.sse_response) is told here instead of by wait().
         self.on_wake: Callable[[], None] | None = None
 
-    def wake(self, *, auth: bool = False) -> None:
+    def wake(self, *, auth: bool = False, events: list[WireEvent] | None = None) -> None:
+        """Wake the reader; ``events`` are what the notice carried (None: it carried
+        nothing the reader can use, so the reader must read its source)."""
         if auth:
             self.auth_changed = True
+        if events is not None and not self._must_read:
+            self._offered_bytes += sum(len(ev.data) for ev in events)
+            if self._offered is None:
+                self._offered = list(events)
+            else:
+                self._offered.extend(events)
+        if events is None or self._offered_bytes > OFFER_MAX_BYTES:
+            self._must_read = True
+            self._offered = None
         self._woken = True
         if self._event is not None:
             self._event.set()
         if self.on_wake is not None:
             self.on_wake()
+
+    def take_offered(self) -> list[WireEvent] | None:
+        """The events carried by every notice since the last call, in arrival order;
+        None when any wake-up since then carried none (or there was none): then
+        only the source says what is new."""
+        offered = None if self._must_read else self._offered
+        self._offered = None
+        self._offered_bytes = 0
+        self._must_read = False
+        return offered
 
     def take_woken(self) -> bool:
         """Whether it was woken since the last wait, clearing the flag."""
@@ -144,10 +184,12 @@ class InboxHub:
         self._task = None
 
     @contextlib.asynccontextmanager
-    async def watch(self, agent_id: str, kind: WaiterKind = STREAM) -> AsyncIterator[Waiter]:
+    async def watch(self, agent_id: str, kind: WaiterKind = STREAM, *,
+                    takes_offers: bool = False) -> AsyncIterator[Waiter]:
         """Register before reading the source, so no event slips between the
-        read and the wait."""
-        waiter = Waiter(agent_id, kind)
+        read and the wait. A stream reader that takes the events notices carry
+        (:meth:`Waiter.take_offered`) says so with ``takes_offers``."""
+        waiter = Waiter(agent_id, kind, takes_offers=takes_offers)
         self._waiters[agent_id].add(waiter)
         try:
             yield waiter
@@ -165,13 +207,20 @@ class InboxHub:
     def watching(self) -> int:
         return sum(len(w) for w in self._waiters.values())
 
-    def wake(self, agent_id: str, *, auth: bool = False, committed: bool = False) -> None:
+    def wake(self, agent_id: str, *, auth: bool = False, committed: bool = False,
+             carried: bytes = b"") -> None:
         """Wake this process's waiters of ``agent_id`` (as a notice does); a commit
-        notice wakes only the long-polls."""
-        for waiter in self._waiters.get(agent_id, ()):
+        notice wakes only the long-polls. The events an event notice ``carried`` are
+        read here only for an agent with a waiter, and go to the stream readers that
+        take them."""
+        waiters = self._waiters.get(agent_id)
+        if not waiters:
+            return
+        events = carried_events(carried) if carried else None
+        for waiter in waiters:
             if committed and waiter.kind != LONG_POLL:
                 continue
-            waiter.wake(auth=auth)
+            waiter.wake(auth=auth, events=events if waiter.takes_offers else None)
 
     def _wake_all(self) -> None:
         for waiters in self._waiters.values():
@@ -193,4 +242,5 @@ class InboxHub:
         notice = parse_notice(data)
         for listener in self._listeners:
             listener.notice(notice)
-        self.wake(notice.agent_id, auth=notice.auth, committed=notice.committed)
+        self.wake(notice.agent_id, auth=notice.auth, committed=notice.committed,
+                  carried=notice.carried)

@@ -8,15 +8,21 @@ channel or a notice changes in one place:
   wire bytes, app.domain.event_wire) and ``t`` (its type, for the SSE ``event:`` line
   without parsing ``e``);
 - after a write the push worker PUBLISHes ``"{agent_id} {seq}"`` on
-  ``mesh:inbox-notify``; a credential change publishes ``"{agent_id} auth"``
-  there. Notices are hints: a reader always re-reads its source;
+  ``mesh:inbox-notify``, followed by the events it wrote when they are small
+  (:func:`event_notice_carrying`), so a stream that is caught up hands them over
+  without reading Redis; a credential change publishes ``"{agent_id} auth"``
+  there. Notices are hints: a reader that cannot use what a notice carries
+  re-reads its source;
 - the commit notice (below) comes from the web process that committed.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
+
+from app.domain.event_wire import WireEvent
 
 INBOX_STREAM_PREFIX = "inbox:"
 NOTIFY_CHANNEL = "mesh:inbox-notify"
@@ -46,6 +52,47 @@ def event_notice(agent_id: str, seq: int) -> str:
     return f"{agent_id} {seq}"
 
 
+# The most event bytes one notice carries: every web process (and every lane
+# process) receives every notice, so a large event is announced without its bytes
+# and read from the stream by the processes that hold its reader.
+CARRY_MAX_BYTES = 16 * 1024
+
+
+def event_notice_carrying(agent_id: str, events: Sequence[WireEvent]) -> bytes:
+    """The event notice for ``events`` (one agent's, in seq order) with the events
+    after it: ``"{agent_id} {last seq}"``, then per event a line
+    ``"{seq} {type} {length}"`` and its bytes, each after a newline. Without the
+    events when together they exceed :data:`CARRY_MAX_BYTES`."""
+    head = event_notice(agent_id, max(ev.seq for ev in events)).encode()
+    if sum(len(ev.data) for ev in events) > CARRY_MAX_BYTES:
+        return head
+    parts = [head]
+    for ev in events:
+        parts.append(b"\n%d %s %d\n" % (ev.seq, ev.type.encode(), len(ev.data)))
+        parts.append(ev.data)
+    return b"".join(parts)
+
+
+def carried_events(carried: bytes) -> list[WireEvent] | None:
+    """The events a notice carries (its bytes after the first line); None when they
+    cannot be read, which a reader takes as a plain notice."""
+    out: list[WireEvent] = []
+    at = 0
+    try:
+        while at < len(carried):
+            line_end = carried.index(b"\n", at)
+            seq, kind, length = carried[at:line_end].split(b" ")
+            start = line_end + 1
+            end = start + int(length)
+            if end > len(carried):
+                return None
+            out.append(WireEvent(int(seq), kind.decode(), carried[start:end]))
+            at = end + 1  # the newline before the next event's line
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return out
+
+
 def auth_notice(agent_id: str) -> str:
     return f"{agent_id} {AUTH_CHANGED}"
 
@@ -60,6 +107,9 @@ NoticeKind = Literal["event", "auth", "commit", "reach", "webhook", "push"]
 class Notice:
     agent_id: str
     kind: NoticeKind = "event"
+    # An event notice's bytes after its first line (the events it carries), unparsed:
+    # most processes hear notices for agents they hold no reader of.
+    carried: bytes = b""
 
     @property
     def auth(self) -> bool:
@@ -83,8 +133,9 @@ class Notice:
 
 
 def parse_notice(data: bytes | str) -> Notice:
-    text = data.decode() if isinstance(data, bytes) else str(data)
-    agent_id, _, what = text.partition(" ")
+    raw = data if isinstance(data, bytes) else str(data).encode()
+    head, _, carried = raw.partition(b"\n")
+    agent_id, _, what = head.decode().partition(" ")
     if what == AUTH_CHANGED:
         return Notice(agent_id, "auth")
     if what == COMMITTED:
@@ -95,7 +146,7 @@ def parse_notice(data: bytes | str) -> Notice:
         return Notice(agent_id, "webhook")
     if what == PUSH_CHANGED:
         return Notice(agent_id, "push")
-    return Notice(agent_id)
+    return Notice(agent_id, carried=carried)
 
 
 # --- reach changes (the web processes' relationship caches) ------------

@@ -86,11 +86,14 @@ StreamItem = WireEvent | KeepAlive
 class EventSource(Protocol):
     """Where events come from (app.services.stream.InboxReader): strictly in
     seq order, ``[]`` when nothing new is known yet; ``last`` is the seq handed
-    over last."""
+    over last, ``more`` whether the last read may have left events to read now
+    (else the next ones are announced by a notice)."""
 
     last: int
+    more: bool
 
-    async def next_batch(self, *, from_postgres: bool = False) -> list[WireEvent]: ...
+    async def next_batch(self, *, from_postgres: bool = False,
+                         offered: list[WireEvent] | None = None) -> list[WireEvent]: ...
 
 
 class InboxStream:
@@ -158,7 +161,7 @@ class InboxStream:
         s = self.settings
         clock = self.clock
         with SSE_CONNECTIONS.track_inprogress():
-            async with self.hub.watch(self.who.agent_id) as waiter:
+            async with self.hub.watch(self.who.agent_id, takes_offers=True) as waiter:
                 self._waiter = waiter
                 if self.recheck is not None:
                     self.recheck.add(self)
@@ -168,7 +171,8 @@ class InboxStream:
                     while not self._stopping:
                         if read:
                             from_postgres, self._reread = self._reread, False
-                            batch = await self.source.next_batch(from_postgres=from_postgres)
+                            batch = await self.source.next_batch(
+                                from_postgres=from_postgres, offered=waiter.take_offered())
                             if batch:
                                 for ev in batch:
                                     yield ev

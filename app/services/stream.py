@@ -1,11 +1,13 @@
 """Strictly ordered reading of one agent's inbox for a live stream (SSE).
 
 Postgres is the history; the agent's Redis Stream (written by the push worker,
-app.delivery.protocol) is the fast path. The reader first catches up from Postgres,
-then tails Redis. Whenever the next entry it sees is not ``last+1`` — the push
-worker skipped it, Redis lost it, or a relay published out of order — it fills
-the gap from Postgres before going on. So a connection delivers every seq once,
-in order: never a skip, never a repeat.
+app.delivery.protocol) is the fast path, and the events a notice carries the
+fastest. The reader first catches up from Postgres, then tails Redis. Whenever
+the next entry it sees is not ``last+1`` — the push worker skipped it, Redis lost
+it, or a relay published out of order — it fills the gap from Postgres before
+going on; carried events are taken only when they go on from ``last`` without a
+hole. So a connection delivers every seq once, in order: never a skip, never a
+repeat.
 
 Events are :class:`~app.domain.event_wire.WireEvent`: a Redis entry's bytes are passed
 on as the relay encoded them, never parsed and re-encoded here.
@@ -52,12 +54,25 @@ class InboxReader:
         self.more = True
         self.gap_fills = 0
 
-    async def next_batch(self, *, from_postgres: bool = False) -> list[WireEvent]:
-        """The next events after ``last``, in order; [] when none are known yet."""
+    async def next_batch(self, *, from_postgres: bool = False,
+                         offered: list[WireEvent] | None = None) -> list[WireEvent]:
+        """The next events after ``last``, in order; [] when none are known yet.
+
+        ``offered`` are the events the notices since the last read carried (the
+        waiter's :meth:`~app.delivery.inbox_hub.Waiter.take_offered`): when they go
+        on from ``last`` without a hole they are the batch, with no read of Redis;
+        when all of them were handed over already there is nothing new to read."""
         if self.catching_up or from_postgres:
             events = await inbox_store.after(self.pool, self.agent_id, self.last, BATCH)
             self.catching_up = len(events) == BATCH
             return self._advance(events, more=self.catching_up)
+        if offered:
+            fresh = [ev for ev in offered if ev.seq > self.last]
+            if not fresh:
+                self.more = False
+                return []
+            if fresh[0].seq == self.last + 1:
+                return self._advance(fresh, more=False)  # a hole inside: read for the rest
         try:
             entries = await self.redis.xrange(delivery.inbox_stream_key(self.agent_id),
                                               min=delivery.entry_id(self.last + 1), max="+",

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
 
+from app.delivery import protocol as delivery
 from app.delivery.inbox_hub import InboxHub, Waiter
 from app.domain.event_wire import WireEvent
 from app.platform.settings import Settings
@@ -47,6 +48,7 @@ class FakeSource:
         self.says_more: list[bool] = []  # ... for the reads after that, in turn
         self.pending: list[WireEvent] = []
         self.reads: list[bool] = []  # from_postgres of each read
+        self.offers: list[list[WireEvent] | None] = []  # what each read was offered
         # Runs after the next read comes back empty: what "meanwhile" means here,
         # since the fake clock's wait never suspends.
         self.after_empty_read: Callable[[], None] | None = None
@@ -56,8 +58,10 @@ class FakeSource:
             seq = self.last + len(self.pending) + 1
             self.pending.append(WireEvent(seq, "task.message", b'{"seq":%d}' % seq))
 
-    async def next_batch(self, *, from_postgres: bool = False) -> list[WireEvent]:
+    async def next_batch(self, *, from_postgres: bool = False,
+                         offered: list[WireEvent] | None = None) -> list[WireEvent]:
         self.reads.append(from_postgres)
+        self.offers.append(offered)
         self.more = self.says_more.pop(0) if self.says_more else False
         out, self.pending = self.pending, []
         if out:
@@ -135,6 +139,18 @@ async def test_a_read_that_may_have_left_events_is_followed_by_another_at_once()
     assert await h.next() is KEEP_ALIVE
     assert h.source.reads == [False, False]
     assert h.clock.waits == [15]  # the one wait came after the second (drained) read
+    await h.items.aclose()
+
+
+async def test_the_events_a_notice_carried_are_offered_to_the_next_read() -> None:
+    h = Harness()
+    assert await h.next() is KEEP_ALIVE
+    carried = delivery.parse_notice(delivery.event_notice_carrying(
+        AGENT, [WireEvent(1, "task.message", b'{"seq":1}')])).carried
+    h.source.add(1)
+    h.hub.wake(AGENT, carried=carried)
+    assert (await h.next()).seq == 1  # type: ignore[union-attr]
+    assert h.source.offers == [None, [WireEvent(1, "task.message", b'{"seq":1}')]]
     await h.items.aclose()
 
 
