@@ -48,6 +48,23 @@ def cpu_note(sec: Section, cpu: Interval | None, n: int, unit: str) -> None:
              f"at most ~{fmt(2000 / total)} {unit}s/s.")
 
 
+def redis_note(sec: Section, commands: dict[str, tuple[int, float]], sends: int,
+               during: str) -> float:
+    """The Redis commands ``INFO commandstats`` counted, per send and by command;
+    returns the commands per send."""
+    total = sum(calls for calls, _usec in commands.values())
+    sec.note(f"\n**Redis** {during} — {total:,} commands = **{fmt(total / sends)} per send**. "
+             "Not round trips: commandstats also counts the commands a Lua script runs "
+             "inside EVALSHA (e.g. the token bucket's TIME/HMGET/HSET/PEXPIRE), and a "
+             "pipeline carries several commands in one round trip:")
+    sec.note("")
+    sec.note("| command | calls | per send | µs per call |")
+    sec.note("|---|---|---|---|")
+    for cmd, (calls, usec) in commands.items():
+        sec.note(f"| {cmd} | {calls:,} | {fmt(calls / sends)} | {fmt(usec / calls)} |")
+    return total / sends
+
+
 async def s_latency(env: Env, ctx: dict, plan: Plan) -> Section:  # type: ignore[type-arg]
     sec = Section("1. E2E latency send → SSE")
     topo: Topology = ctx["topology"]
@@ -131,12 +148,8 @@ async def s_latency(env: Env, ctx: dict, plan: Plan) -> Section:  # type: ignore
     sec.note("\nCPU during the current run at the target rate:")
     cpu_note(sec, cur.cpu, cur.accepted, "send")
     if cur.accepted:
-        per_send = ", ".join(f"{cmd} {fmt(calls / cur.accepted)}"
-                             for cmd, (calls, _usec) in redis_cur.items())
-        total = sum(calls for calls, _usec in redis_cur.values())
-        sec.note(f"\nRedis commands per send during the current run (every process, settle "
-                 f"included; pipelined commands count one each): {fmt(total / cur.accepted)} — "
-                 f"{per_send}.")
+        redis_note(sec, redis_cur, cur.accepted,
+                   "during the current run (every process, settle included)")
     sec.note("\nCPU during the baseline run at the target rate:")
     cpu_note(sec, base.cpu, base.accepted, "send")
     if cur.cpu is not None and base.cpu is not None and (c.p50 > 10 or c.p99 > 50):

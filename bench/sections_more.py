@@ -17,7 +17,7 @@ from bench.profile import Summary
 from bench.report import Section, verdict
 from bench.scenarios import floor, latency, sends, webhooks
 from bench.scenarios import profile as profile_run
-from bench.sections import cpu_note, ms, procs_of
+from bench.sections import cpu_note, ms, procs_of, redis_note
 from bench.stats import fmt, fmt_ratio
 from bench.topology import Topology
 
@@ -132,18 +132,9 @@ async def s_profile(env: Env, ctx: dict, plan: Plan) -> Section:  # type: ignore
                          f"| {fmt(s.total_ms / n, '', 3)} | {fmt(s.rows / s.calls)} |")
     # --- Redis
     if r.redis is not None and n:
-        total = sum(c for c, _ in r.redis.values())
-        sec.row("Redis commands per send (INFO commandstats)", fmt(total / n), "", "", "",
+        per_send = redis_note(sec, r.redis, n, "during the profiled run")
+        sec.row("Redis commands per send (INFO commandstats)", fmt(per_send), "", "", "",
                 verdict(None))
-        sec.note(f"\n**Redis** — {total:,} commands = **{fmt(total / n)} per send**. Not round "
-                 "trips: commandstats also counts the commands a Lua script runs inside "
-                 "EVALSHA (e.g. the token bucket's TIME/HMGET/HSET/PEXPIRE), and a pipeline "
-                 "carries several commands in one round trip:")
-        sec.note("")
-        sec.note("| command | calls | per send | µs per call |")
-        sec.note("|---|---|---|---|")
-        for cmd, (calls, usec) in r.redis.items():
-            sec.note(f"| {cmd} | {calls:,} | {fmt(calls / n)} | {fmt(usec / calls)} |")
     # --- Kafka
     if r.kafka is not None and n:
         k = r.kafka

@@ -104,10 +104,10 @@ class Push:
             by_agent.setdefault(ev.agent_id, []).append(WireEvent(ev.seq, ev.type, ev.raw))
         for agent_id in by_agent:
             pipe.expire(delivery.inbox_stream_key(agent_id), delivery.STREAM_TTL_SECONDS)
-        for agent_id, written in by_agent.items():
+        for agent_id, agent_events in by_agent.items():
             # A redelivered event rides along too: a reader drops a seq it handed over.
             pipe.publish(delivery.NOTIFY_CHANNEL,
-                         delivery.event_notice_carrying(agent_id, written))
+                         delivery.event_notice_carrying(agent_id, agent_events))
         async with pipe:
             results = await pipe.execute(raise_on_error=False)
         written = dups = 0

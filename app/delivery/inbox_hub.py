@@ -109,20 +109,24 @@ class Waiter:
         nothing the reader can use, so the reader must read its source)."""
         if auth:
             self.auth_changed = True
-        if events is not None and not self._must_read:
-            self._offered_bytes += sum(len(ev.data) for ev in events)
-            if self._offered is None:
-                self._offered = list(events)
-            else:
-                self._offered.extend(events)
-        if events is None or self._offered_bytes > OFFER_MAX_BYTES:
-            self._must_read = True
-            self._offered = None
+        self._offer(events)
         self._woken = True
         if self._event is not None:
             self._event.set()
         if self.on_wake is not None:
             self.on_wake()
+
+    def _offer(self, events: list[WireEvent] | None) -> None:
+        if not self._must_read and events is not None:
+            self._offered_bytes += sum(len(ev.data) for ev in events)
+            if self._offered_bytes <= OFFER_MAX_BYTES:
+                if self._offered is None:
+                    self._offered = list(events)
+                else:
+                    self._offered.extend(events)
+                return
+        self._must_read = True  # nothing carried, or more than a waiter keeps
+        self._offered = None
 
     def take_offered(self) -> list[WireEvent] | None:
         """The events carried by every notice since the last call, in arrival order;
@@ -216,7 +220,8 @@ class InboxHub:
         waiters = self._waiters.get(agent_id)
         if not waiters:
             return
-        events = carried_events(carried) if carried else None
+        takers = bool(carried) and any(w.takes_offers for w in waiters)
+        events = carried_events(carried) if takers else None
         for waiter in waiters:
             if committed and waiter.kind != LONG_POLL:
                 continue

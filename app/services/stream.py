@@ -72,7 +72,8 @@ class InboxReader:
                 self.more = False
                 return []
             if fresh[0].seq == self.last + 1:
-                return self._advance(fresh, more=False)  # a hole inside: read for the rest
+                # A hole inside the offer sets ``more``: the rest is read from the stream.
+                return self._advance(fresh, more=False)
         try:
             entries = await self.redis.xrange(delivery.inbox_stream_key(self.agent_id),
                                               min=delivery.entry_id(self.last + 1), max="+",
