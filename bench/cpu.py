@@ -5,7 +5,10 @@ Other engineers' test suites share the two cores, so wall-clock throughput
 says as much about them as about us. CPU time spent per request is much less
 sensitive to that, and "run-queue wait" (``/proc/PID/task/*/schedstat``, the
 time a runnable thread waited for a core) tells a process that is slow
-because it is starved from one that is slow because it waits on I/O.
+because it is starved from one that is slow because it waits on I/O. The same
+file counts the times each thread was put on a CPU: at a trickle nearly every one
+is a wake-up, which the mesh's design decides, while what each costs moves with
+the host (bench/results/2026-12-06-cpu-noise-probes.md).
 
 A component is a root pid plus its descendants; CPU of children that already
 exited is included (``children_user``/``children_system`` of their parent).
@@ -26,22 +29,26 @@ import psutil
 class Usage:
     cpu: float      # seconds on a CPU
     wait: float     # seconds runnable but waiting for a CPU (living threads only)
+    runs: int = 0   # times a thread was put on a CPU (living threads only)
 
 
-def _wait_seconds(proc: psutil.Process) -> float:
-    # psutil has no run-queue wait: cpu_times() is time *on* a CPU and
-    # num_ctx_switches() counts involuntary switches, not how long a runnable
-    # thread queued for a core, which is what tells starved from I/O-bound.
-    # So psutil lists the threads and the kernel's schedstat gives the wait
-    # (its second field: nanoseconds spent runnable on a run queue).
-    total = 0
+def _sched(proc: psutil.Process) -> tuple[float, int]:
+    """(seconds runnable on a run queue, times put on a CPU), over the living threads.
+
+    psutil has no run-queue wait: cpu_times() is time *on* a CPU and
+    num_ctx_switches() reads the main thread only, while a broker's work hops
+    between its threads. So psutil lists the threads and the kernel's schedstat
+    gives both (its second field: nanoseconds spent runnable on a run queue; its
+    third: the times the thread ran)."""
+    wait = runs = 0
     for thread in proc.threads():
         try:
             with open(f"/proc/{proc.pid}/task/{thread.id}/schedstat") as f:
-                total += int(f.read().split()[1])
+                fields = f.read().split()
+            wait, runs = wait + int(fields[1]), runs + int(fields[2])
         except (OSError, ValueError, IndexError):
             continue  # the thread ended meanwhile, or no schedstats in this kernel
-    return total / 1e9
+    return wait / 1e9, runs
 
 
 def _usage(pid: int, *, with_children: bool = True) -> Usage:
@@ -51,16 +58,18 @@ def _usage(pid: int, *, with_children: bool = True) -> Usage:
     except psutil.NoSuchProcess:
         return Usage(0.0, 0.0)
     cpu = wait = 0.0
+    runs = 0
     for p in procs:
         try:
             t = p.cpu_times()
             cpu += t.user + t.system
             if with_children:
                 cpu += t.children_user + t.children_system
-            wait += _wait_seconds(p)
+            waited, ran = _sched(p)
+            wait, runs = wait + waited, runs + ran
         except psutil.NoSuchProcess:
             continue
-    return Usage(cpu, wait)
+    return Usage(cpu, wait, runs)
 
 
 class CpuMeter:
@@ -80,7 +89,8 @@ class CpuMeter:
         for k, (pid, kids) in self.components.items():
             end = _usage(pid, with_children=kids)
             begin = self._start.get(k, Usage(0.0, 0.0))
-            out[k] = Usage(max(0.0, end.cpu - begin.cpu), max(0.0, end.wait - begin.wait))
+            out[k] = Usage(max(0.0, end.cpu - begin.cpu), max(0.0, end.wait - begin.wait),
+                           max(0, end.runs - begin.runs))
         return out
 
 
@@ -118,6 +128,10 @@ class Interval:
     def per(self, n: int, name: str) -> float:
         """CPU milliseconds of component ``name`` per unit of work."""
         return 1000 * self.usage[name].cpu / n if n else float("nan")
+
+    def runs_per(self, n: int, name: str) -> float:
+        """Times component ``name``'s threads were put on a CPU, per unit of work."""
+        return self.usage[name].runs / n if n else float("nan")
 
     def share(self, name: str) -> tuple[float, float]:
         """(% of one core used, % of wall time waiting for a core)."""

@@ -28,20 +28,29 @@ def procs_of(ctx: dict) -> dict:  # type: ignore[type-arg]
     return topo.named()
 
 
+def _per_run(cpu_seconds: float, runs: int) -> str:
+    return fmt(1e6 * cpu_seconds / runs) if runs else "—"
+
+
 def cpu_note(sec: Section, cpu: Interval | None, n: int, unit: str) -> None:
-    """A table: CPU ms per unit of work per component, % of a core, run-queue wait."""
+    """A table: CPU ms per unit of work per component, the times its threads ran
+    (mostly wake-ups) per unit and the CPU each took, % of a core, run-queue wait."""
     if cpu is None or not n:
         return
     sec.note("")
-    sec.note(f"| component | CPU ms per {unit} | % of one core | waiting for a core (% of wall) |")
-    sec.note("|---|---|---|---|")
-    for name in cpu.usage:
+    sec.note(f"| component | CPU ms per {unit} | runs per {unit} | CPU µs per run "
+             "| % of one core | waiting for a core (% of wall) |")
+    sec.note("|---|---|---|---|---|---|")
+    runs = 0
+    for name, usage in cpu.usage.items():
         used, wait = cpu.share(name)
-        sec.note(f"| {name} | {fmt(cpu.per(n, name))} | {fmt(used, '%')} | {fmt(wait, '%')} |")
+        runs += usage.runs
+        sec.note(f"| {name} | {fmt(cpu.per(n, name))} | {fmt(cpu.runs_per(n, name))} "
+                 f"| {_per_run(usage.cpu, usage.runs)} | {fmt(used, '%')} | {fmt(wait, '%')} |")
     total = 1000 * cpu.ours / n
-    sec.note(f"| **all of the mesh + services + client** | **{fmt(total)}** "
-             f"| {fmt(100 * cpu.ours / cpu.wall, '%')} | |")
-    sec.note(f"| other processes on the machine (not ours) | | "
+    sec.note(f"| **all of the mesh + services + client** | **{fmt(total)}** | {fmt(runs / n)} "
+             f"| {_per_run(cpu.ours, runs)} | {fmt(100 * cpu.ours / cpu.wall, '%')} | |")
+    sec.note(f"| other processes on the machine (not ours) | | | | "
              f"{fmt(100 * cpu.others / cpu.wall, '%')} | |")
     sec.note("")
     sec.note(f"At {fmt(total)} CPU-ms per {unit}, two cores given to nothing else would carry "
