@@ -234,6 +234,9 @@ async def s_scaleout(env: Env, ctx: dict, plan: Plan) -> Section:  # type: ignor
                 sec.note(f"\n{k} of each, {label}: {len(errs)} errors, first: `{errs[0]}`")
         sec.note(f"\nCPU by process, {k} of each, closed loop:")
         cpu_note(sec, t.cpu, t.accepted, "send")
+        sec.note(f"\nCPU by process, {k} of each, open loop at {plan.rate:g} msg/s (every send "
+                 "nearly alone: the wake-ups a send costs each process):")
+        cpu_note(sec, lt.cpu, lt.accepted, "send")
     return sec
 
 
