@@ -18,7 +18,14 @@ import redis.asyncio as aioredis
 
 from app.delivery.after_commit import AfterCommit
 from app.delivery.inbox_hub import LONG_POLL, STREAM, InboxHub
-from app.delivery.protocol import NOTIFY_CHANNEL, commit_notice, event_notice, parse_notice
+from app.delivery.protocol import (
+    COMMIT_CHANNEL,
+    NOTIFY_CHANNEL,
+    Notice,
+    commit_notice,
+    event_notice,
+    parse_notice,
+)
 from app.platform.db import create_pool
 from app.platform.settings import Settings
 from app.store.writes import NewEvent, writes
@@ -61,7 +68,7 @@ async def test_long_poll_on_another_process_answers_from_the_commit_notice(
     web_a, web_b = two_webs
     redis = aioredis.from_url(iso.redis_url)
     pubsub = redis.pubsub(ignore_subscribe_messages=True)
-    await pubsub.subscribe(NOTIFY_CHANNEL)
+    await pubsub.subscribe(NOTIFY_CHANNEL, COMMIT_CHANNEL)
     try:
         async with MeshFactory.connect(web_a.url) as mesh, \
                 httpx.AsyncClient(base_url=web_b.url, timeout=40) as http_b:
@@ -113,6 +120,70 @@ async def test_a_commit_notice_wakes_long_polls_only_never_streams(migrated: Set
             await redis.publish(NOTIFY_CHANNEL, event_notice(agent, 1))
             assert await stream.wait(20)
             assert await poll.wait(20)
+    finally:
+        await hub.stop()
+        await redis.aclose()
+
+
+class Heard:
+    """A hub listener: the notices the hub received, in order."""
+
+    def __init__(self) -> None:
+        self.notices: list[Notice] = []
+        self._more = asyncio.Event()
+
+    def notice(self, notice: Notice) -> None:
+        self.notices.append(notice)
+        self._more.set()
+
+    def reset(self) -> None:
+        pass
+
+    async def until(self, agent_id: str) -> None:
+        while not any(n.agent_id == agent_id for n in self.notices):
+            self._more.clear()
+            await self._more.wait()
+
+    def commits_of(self, agent_id: str) -> int:
+        return sum(1 for n in self.notices if n.agent_id == agent_id and n.committed)
+
+
+async def test_the_hub_follows_commit_notices_only_while_it_holds_a_long_poll(
+        migrated: Settings, uniq: str) -> None:
+    """A web process serving streams alone would wake for every send's commit and
+    wake nobody: it hears commit notices only while a long-poll waits there, and
+    until a while after the last one left (no while at all here)."""
+    hub = InboxHub(migrated.redis_url)
+    hub.COMMITS_LINGER_SECONDS = 0.0
+    heard = Heard()
+    hub.add_listener(heard)
+    redis = aioredis.from_url(migrated.redis_url)
+    agent = f"ag_{uniq}"
+
+    async def a_commit_then_a_marker(n: int) -> None:
+        # One connection, one order: once the hub hears the marker, it has heard
+        # the commit notice published before it, or never will.
+        await redis.publish(COMMIT_CHANNEL, commit_notice(agent))
+        await redis.publish(NOTIFY_CHANNEL, event_notice(f"{agent}_marker{n}", 1))
+        await heard.until(f"{agent}_marker{n}")
+
+    await hub.start()
+    try:
+        async with asyncio.timeout(30):
+            await hub.connected.wait()
+            async with hub.watch(agent, STREAM):
+                await a_commit_then_a_marker(1)
+            assert heard.commits_of(agent) == 0 and not hub.channels.live(COMMIT_CHANNEL)
+
+            async with hub.watch(agent, LONG_POLL) as poll:
+                await hub.channels.until(COMMIT_CHANNEL)
+                await a_commit_then_a_marker(2)
+                assert heard.commits_of(agent) == 1
+                assert await poll.wait(0)
+
+            await hub.channels.until(COMMIT_CHANNEL, live=False)
+            await a_commit_then_a_marker(3)
+            assert heard.commits_of(agent) == 1
     finally:
         await hub.stop()
         await redis.aclose()

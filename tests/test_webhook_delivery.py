@@ -125,6 +125,24 @@ async def test_events_arrive_signed_in_order_and_are_acked(migrated):
         assert receipts == 0
 
 
+async def test_a_lane_starts_from_the_commit_notice(migrated):
+    """No relay or push worker runs here (no event notices), the lane ends as soon as
+    it is caught up, and the worker's sweep is an hour away: only the commit notice
+    the web process publishes on its own channel can start the lane for a new send."""
+    quiet = {"webhook_sweep_seconds": 3600.0, "webhook_linger_seconds": 0.0}
+    async with hooked_mesh(migrated, worker_overrides=quiet) as h:
+        agent, rx = await h.receiver("woken")
+        before = await h.inbox_ids(agent)
+        await rx.wait(lambda r: len(r.received) >= len(before))  # the registration's start
+        # The lane ended (its lease given up): nothing of it runs that could read the send.
+        await until(lambda: h.pool.fetchval(
+            "SELECT lease_owner IS NULL FROM agent_webhooks WHERE agent_id = $1", agent.agent_id))
+        await h.send(agent, 1, tag="after")
+        expected = await h.inbox_ids(agent)
+        await rx.wait(lambda r: len(r.received) >= len(expected), timeout=30)
+        assert [(r.seq, r.event_id) for r in rx.received] == expected
+
+
 # Events in the chaos run: 1,000 by default (MESH_WEBHOOK_TEST_EVENTS to change).
 EVENTS = int(os.environ.get("MESH_WEBHOOK_TEST_EVENTS", "1000"))
 

@@ -23,7 +23,7 @@ from typing import Generic, TypeVar
 import asyncpg
 
 from app.delivery import protocol as delivery
-from app.delivery.redis_follow import follow
+from app.delivery.redis_follow import Channels, follow
 from app.platform.retry import Backoff, Schedule
 from app.platform.settings import Settings
 from workers import runtime
@@ -247,8 +247,9 @@ class LaneWorker(Generic[Lane]):
         return self._task
 
     async def start(self) -> None:
+        # Lanes read Postgres: the commit notices start them before the push worker's.
         self._follower = asyncio.create_task(follow(
-            self.settings.redis_url, delivery.NOTIFY_CHANNEL,
+            self.settings.redis_url, Channels(delivery.NOTIFY_CHANNEL, delivery.COMMIT_CHANNEL),
             Backoff(f"{self.label}_notices", stop=self._stopping, logger=self.log),
             on_message=self._notice, on_subscribed=self._resubscribed),
             name=f"{self.label}-notices")

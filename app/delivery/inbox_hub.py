@@ -10,7 +10,11 @@ A long-poll reads Postgres, so it need not wait for the relay and the push
 worker: the web process that committed an event also publishes a commit notice
 (app.delivery.after_commit, driven by app.store.writes), which wakes only the waiters of
 kind ``LONG_POLL`` — a stream waiter woken by it would find its Redis stream
-still without the event.
+still without the event. The hub follows the commit notices' channel only while it
+has a long-poll waiter, and for a while after the last one left: a process that
+serves streams alone would wake for every send's commit for nothing. A long-poll
+that registers while the subscription is on its way is woken by the event notice
+instead, a few milliseconds later.
 
 A notification is only a hint: a reader re-reads its source unless the events
 every notice since its last read carried continue it exactly. When the
@@ -32,13 +36,14 @@ from redis.exceptions import RedisError
 
 from app.delivery.protocol import (
     CACHE_EPOCH_KEY,
+    COMMIT_CHANNEL,
     NOTIFY_CHANNEL,
     Notice,
     auth_notice,
     carried_events,
     parse_notice,
 )
-from app.delivery.redis_follow import follow
+from app.delivery.redis_follow import Channels, follow
 from app.domain.event_wire import WireEvent
 from app.platform.background import cancel
 from app.platform.retry import Backoff
@@ -173,12 +178,19 @@ class NoticeListener(Protocol):
 
 
 class InboxHub:
+    # How long the commit notices are followed after the last long-poll left: long
+    # enough that a client polling in a loop keeps the subscription.
+    COMMITS_LINGER_SECONDS = 60.0
+
     def __init__(self, redis_url: str) -> None:
         self._redis_url = redis_url
         self._waiters: dict[str, set[Waiter]] = defaultdict(set)
         self._listeners: list[NoticeListener] = []
         self._task: asyncio.Task[None] | None = None
         self.connected = asyncio.Event()
+        self.channels = Channels(NOTIFY_CHANNEL)
+        self._long_polls = 0
+        self._commits_off: asyncio.TimerHandle | None = None
 
     async def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="inbox-hub")
@@ -186,6 +198,9 @@ class InboxHub:
     async def stop(self) -> None:
         await cancel(self._task)
         self._task = None
+        if self._commits_off is not None:
+            self._commits_off.cancel()
+            self._commits_off = None
 
     @contextlib.asynccontextmanager
     async def watch(self, agent_id: str, kind: WaiterKind = STREAM, *,
@@ -195,6 +210,8 @@ class InboxHub:
         (:meth:`Waiter.take_offered`) says so with ``takes_offers``."""
         waiter = Waiter(agent_id, kind, takes_offers=takes_offers)
         self._waiters[agent_id].add(waiter)
+        if kind == LONG_POLL:
+            self._long_poll_came()
         try:
             yield waiter
         finally:
@@ -203,6 +220,25 @@ class InboxHub:
                 waiters.discard(waiter)
                 if not waiters:
                     del self._waiters[agent_id]
+            if kind == LONG_POLL:
+                self._long_poll_left()
+
+    def _long_poll_came(self) -> None:
+        self._long_polls += 1
+        if self._commits_off is not None:
+            self._commits_off.cancel()
+            self._commits_off = None
+        self.channels.want(COMMIT_CHANNEL)
+
+    def _long_poll_left(self) -> None:
+        self._long_polls -= 1
+        if self._long_polls == 0:
+            self._commits_off = asyncio.get_running_loop().call_later(
+                self.COMMITS_LINGER_SECONDS, self._stop_following_commits)
+
+    def _stop_following_commits(self) -> None:
+        self._commits_off = None
+        self.channels.want(COMMIT_CHANNEL, False)
 
     def add_listener(self, listener: NoticeListener) -> None:
         """Hand every notice to ``listener`` too (called in the hub's task; must not block)."""
@@ -233,7 +269,7 @@ class InboxHub:
                 waiter.wake()
 
     async def _run(self) -> None:
-        await follow(self._redis_url, NOTIFY_CHANNEL, Backoff("inbox_hub", logger=log),
+        await follow(self._redis_url, self.channels, Backoff("inbox_hub", logger=log),
                      on_message=self._notice, on_subscribed=self._subscribed,
                      on_lost=self.connected.clear)
 

@@ -13,7 +13,8 @@ channel or a notice changes in one place:
   without reading Redis; a credential change publishes ``"{agent_id} auth"``
   there. Notices are hints: a reader that cannot use what a notice carries
   re-reads its source;
-- the commit notice (below) comes from the web process that committed.
+- the commit notice (below) comes from the web process that committed, on a
+  channel of its own, ``mesh:inbox-commits``.
 """
 
 from __future__ import annotations
@@ -174,10 +175,14 @@ CACHE_EPOCH_KEY = "mesh:cache-epoch"
 
 # --- commit notices (ADR 021) ------------------------------------------
 # After a write commits, the web process that made it PUBLISHes ``"{agent_id} commit"``
-# on NOTIFY_CHANNEL for each recipient, before the relay and the push worker have
-# carried the event anywhere. Only readers of Postgres (long-polls) wake for it: the
-# agent's Redis stream, which SSE reads, does not hold the event yet. A process that
-# does not know the kind treats it as an event notice (a harmless extra wake-up).
+# on COMMIT_CHANNEL for each recipient, before the relay and the push worker have
+# carried the event anywhere. Only readers of Postgres wake for it (long-polls, the
+# lane workers): the agent's Redis stream, which SSE reads, does not hold the event
+# yet. So it has a channel of its own, which a web process follows only while it
+# holds a long-poll (ADR 059): one serving streams alone would wake for every
+# send's commit for nothing. A process that does not know the kind treats it as an
+# event notice (a harmless extra wake-up).
+COMMIT_CHANNEL = "mesh:inbox-commits"
 COMMITTED = "commit"
 
 

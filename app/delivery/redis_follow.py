@@ -1,45 +1,132 @@
-"""Following one Redis pub/sub channel for as long as the process runs.
+"""Following Redis pub/sub channels for as long as the process runs.
 
-Both followers of the mesh's hints — the web process's InboxHub (event, commit,
-credential and reach notices) and the outbox relay (the web processes' commits,
-ADR 029) — hold one subscription that must outlive any Redis restart. Pub/sub
-drops what is published while nobody listens, so ``on_subscribed`` runs after
-every (re)subscription: the follower treats it as "you may have missed
-something" and re-reads its source.
+The followers of the mesh's hints — the web process's InboxHub (event, commit,
+credential and reach notices), the lane workers (webhook, A2A bridge) and the outbox
+relay (the web processes' commits, ADR 029) — each hold one subscription that must
+outlive any Redis restart. Pub/sub drops what is published while nobody listens, so
+``on_subscribed`` runs after every (re)subscription: the follower treats it as "you
+may have missed something" and re-reads its source.
+
+A follower may also listen on a channel only while it wants it (:class:`Channels`):
+the web process follows the commit notices only while it holds a long-poll.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import Callable
 
 import redis.asyncio as aioredis
+from redis.asyncio.client import PubSub
 from redis.exceptions import RedisError
 
 from app.platform.retry import Backoff
 
 
-async def follow(redis_url: str, channel: str, backoff: Backoff, *,
+class Channels:
+    """The channels a follower listens on: ``always`` for as long as it runs, and
+    others while it :meth:`want`\\ s them. Wanting and dropping never block: the
+    change is sent on the live subscription in the background, and a subscription
+    made after a reconnect asks for what is wanted then."""
+
+    def __init__(self, *always: str) -> None:
+        self.always = always
+        self._wanted: set[str] = set()
+        self._pubsub: PubSub | None = None
+        self._asked: set[str] = set()  # what the live subscription asked Redis for
+        self._applying: asyncio.Task[None] | None = None
+        self._live: set[str] = set()  # what Redis confirmed on it
+        self._moved = asyncio.Event()
+
+    def want(self, channel: str, wanted: bool = True) -> None:
+        if wanted:
+            self._wanted.add(channel)
+        else:
+            self._wanted.discard(channel)
+        self._changed()
+
+    def live(self, channel: str) -> bool:
+        """Whether Redis confirmed the subscription to ``channel``: every message
+        published on it from then on comes, until it confirms the unsubscription."""
+        return channel in self._live
+
+    async def until(self, channel: str, live: bool = True) -> None:
+        """Wait until :meth:`live` says ``live`` for ``channel``."""
+        while self.live(channel) != live:
+            self._moved.clear()
+            await self._moved.wait()
+
+    def confirmed(self, channel: bytes | str, subscribed: bool) -> None:
+        name = channel.decode() if isinstance(channel, bytes) else channel
+        if subscribed:
+            self._live.add(name)
+        else:
+            self._live.discard(name)
+        self._moved.set()
+
+    async def attach(self, pubsub: PubSub) -> None:
+        """Subscribe a new connection to what is wanted now."""
+        self._asked = {*self.always, *self._wanted}
+        await pubsub.subscribe(*self._asked)
+        self._pubsub = pubsub
+        self._changed()  # wanted or dropped meanwhile
+
+    def detach(self) -> None:
+        self._pubsub = None
+        self._asked = set()
+        self._live = set()
+        self._moved.set()
+        if self._applying is not None:
+            self._applying.cancel()
+            self._applying = None
+
+    def _changed(self) -> None:
+        if self._pubsub is not None and (self._applying is None or self._applying.done()):
+            self._applying = asyncio.create_task(self._apply(self._pubsub))
+
+    async def _apply(self, pubsub: PubSub) -> None:
+        # A failed send leaves the connection to the follow loop, which reconnects
+        # and subscribes anew to what is wanted then.
+        with contextlib.suppress(RedisError, OSError):
+            while pubsub is self._pubsub:
+                add = self._wanted - self._asked
+                remove = self._asked - self._wanted - set(self.always)
+                if not add and not remove:
+                    return
+                self._asked = (self._asked | add) - remove
+                if add:
+                    await pubsub.subscribe(*add)
+                if remove:
+                    await pubsub.unsubscribe(*remove)
+
+
+async def follow(redis_url: str, channels: str | Channels, backoff: Backoff, *,
                  on_message: Callable[[bytes], None],
                  on_subscribed: Callable[[], None],
                  on_lost: Callable[[], None] = lambda: None) -> None:
-    """Subscribe to ``channel`` and call ``on_message`` with each message's data;
-    resubscribe with ``backoff`` when Redis goes away. Runs until cancelled (or
-    until ``backoff``'s stop event is set)."""
+    """Subscribe to ``channels`` and call ``on_message`` with each message's data,
+    whichever channel it came on; resubscribe with ``backoff`` when Redis goes away.
+    Runs until cancelled (or until ``backoff``'s stop event is set)."""
+    listen_on = channels if isinstance(channels, Channels) else Channels(channels)
     while not backoff.stopping:
         client = aioredis.from_url(redis_url, health_check_interval=10)
-        pubsub = client.pubsub(ignore_subscribe_messages=True)
+        pubsub = client.pubsub()
         try:
-            await pubsub.subscribe(channel)
+            await listen_on.attach(pubsub)
             on_subscribed()
             backoff.reset()
             async for message in pubsub.listen():
-                if message.get("type") == "message":
+                kind = message.get("type")
+                if kind == "message":
                     on_message(message["data"])
+                elif kind in ("subscribe", "unsubscribe"):
+                    listen_on.confirmed(message["channel"], kind == "subscribe")
             reason = "Redis ended the subscription"
         except (RedisError, OSError) as exc:
             reason = f"lost Redis ({exc})"
         finally:
+            listen_on.detach()
             on_lost()
             with contextlib.suppress(Exception):
                 await pubsub.aclose()

@@ -1,0 +1,62 @@
+"""Following Redis channels: a channel wanted while no subscription is up is asked
+for by the next one (a reconnect subscribes to what is wanted then), and one
+dropped is left; a message on any followed channel reaches the follower. Against
+the real Redis."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+import redis.asyncio as aioredis
+
+from app.delivery.redis_follow import Channels, follow
+from app.platform.retry import Backoff
+from app.platform.settings import Settings
+
+
+async def test_wanted_channels_are_followed_from_the_next_subscription_and_dropped(
+        migrated: Settings, uniq: str) -> None:
+    base, extra = f"follow-{uniq}-base", f"follow-{uniq}-extra"
+    channels = Channels(base)
+    channels.want(extra)  # before any subscription: the first one asks for it
+    heard: list[bytes] = []
+    more = asyncio.Event()
+
+    def on_message(data: bytes) -> None:
+        heard.append(data)
+        more.set()
+
+    async def until_heard(data: bytes) -> None:
+        while data not in heard:
+            more.clear()
+            await more.wait()
+
+    redis = aioredis.from_url(migrated.redis_url)
+    follower = asyncio.create_task(follow(migrated.redis_url, channels, Backoff("test_follow"),
+                                          on_message=on_message, on_subscribed=lambda: None))
+    try:
+        async with asyncio.timeout(30):
+            await channels.until(base)
+            await channels.until(extra)
+            await redis.publish(extra, b"on the wanted one")
+            await redis.publish(base, b"on the base one")
+            await until_heard(b"on the base one")
+            assert heard == [b"on the wanted one", b"on the base one"]
+
+            channels.want(extra, False)
+            await channels.until(extra, live=False)
+            await redis.publish(extra, b"nobody hears this")
+            await redis.publish(base, b"after the drop")
+            await until_heard(b"after the drop")
+            assert b"nobody hears this" not in heard
+
+            channels.want(base, False)  # always followed: dropping it changes nothing
+            channels.want(extra)
+            await channels.until(extra)
+            assert channels.live(base)
+    finally:
+        follower.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await follower
+        await redis.aclose()
