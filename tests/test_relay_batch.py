@@ -54,6 +54,29 @@ async def test_the_claim_walks_the_pending_index_in_order_after_a_burst(
     await db.execute("DELETE FROM outbox_events WHERE topic = $1", topic)
 
 
+async def test_the_claim_is_planned_once_per_connection(migrated: Settings, db,
+                                                       uniq: str) -> None:
+    """The plan cache chose a plan of its own for each claim's values, planned anew
+    every batch; the claim's transaction asks for the one generic plan, which is
+    the ordered walk of the pending index the test above checks."""
+    settings = isolated(migrated, uniq)
+    pool = await create_pool(settings, min_size=1, max_size=1)  # one connection
+    try:
+        async with opened(settings) as rt:
+            relay = relay_worker.Relay(settings, pool, await rt.publisher())
+            for n in (1, 3, 2, 5):
+                await insert_rows(db, settings.bus_topic, n, 2)
+                assert await relay.relay_batch() == n
+            plans = await pool.fetchrow(
+                "SELECT generic_plans, custom_plans FROM pg_prepared_statements "
+                "WHERE statement = $1", outbox_store.CLAIM_SQL)
+        assert plans is not None
+        assert (plans["generic_plans"], plans["custom_plans"]) == (4, 0)
+    finally:
+        await pool.close()
+        await db.execute("DELETE FROM outbox_events WHERE topic = $1", settings.bus_topic)
+
+
 async def test_a_batch_is_three_round_trips_and_its_marks_are_committed(
         migrated: Settings, db, uniq: str) -> None:
     """At a trickle every event pays a whole claim (ADR 027): the BEGIN with the

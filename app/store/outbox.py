@@ -29,7 +29,7 @@ FOR UPDATE OF o SKIP LOCKED
 """
 
 
-# A claim's transaction opens with two settings:
+# A claim's transaction opens with three settings:
 # * a "sent" mark lost in a crash only means the rows are published again, which
 #   the push fan-out drops by seq: no need to wait for the WAL flush of every batch;
 # * the claim must walk outbox_pending_idx in id order and stop after ``limit``
@@ -38,15 +38,22 @@ FOR UPDATE OF o SKIP LOCKED
 #   bitmap scan of every pending row, joined and sorted on disk before the LIMIT:
 #   250-750 ms per claim instead of ~1 ms, so a backlog drained in O(n²). Without
 #   bitmap scans the only cheap plan left is the ordered index scan.
+# * the claim and the sent mark's UPDATE (inside outbox_mark_sent) keep one plan
+#   per connection: Postgres's plan cache chose a plan of their own for each call's
+#   values (the mark's id array, sometimes the claim's limit), planned anew every
+#   batch. Their generic plans are the ones above (the ordered pending index, the
+#   primary key) and cost ~0.03 ms less Postgres CPU per batch
+#   (bench/results/2026-12-06-wake-ups-fillfactor-plans.md).
 #
 # At a trickle every batch pays its whole transaction (ADR 027): the BEGIN and
 # the settings share one simple-query round trip, and the sent mark shares the
 # COMMIT's (commit_sent), so a batch costs three round trips: BEGIN, claim, mark
 # and COMMIT. The mark there is a call of outbox_mark_sent (PL/pgSQL keeps the
-# UPDATE's plan), not the UPDATE itself, which would be parsed and planned anew
-# for every batch.
+# UPDATE prepared, and the third setting its one plan), not the UPDATE itself,
+# which would be parsed and planned anew for every batch.
 CLAIM_BEGIN_SQL = ("BEGIN; SET LOCAL synchronous_commit = off; "
-                   "SET LOCAL enable_bitmapscan = off")
+                   "SET LOCAL enable_bitmapscan = off; "
+                   "SET LOCAL plan_cache_mode = force_generic_plan")
 
 
 async def begin_claim(conn: asyncpg.Connection) -> None:
