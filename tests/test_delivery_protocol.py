@@ -31,7 +31,7 @@ async def test_push_writes_what_the_reader_reads(migrated: Settings, db: asyncpg
     await pubsub.subscribe(delivery.NOTIFY_CHANNEL)
     try:
         push = Push(migrated, redis_client, subscriber=None)  # type: ignore[arg-type]
-        await push.write([PushEvent(agent_id, 1, "task.message", data)])
+        await push.write([PushEvent(agent_id, WireEvent(1, "task.message", data))])
         assert push.written == 1
 
         async def notice() -> delivery.Notice:
@@ -61,7 +61,7 @@ async def test_push_writes_what_the_reader_reads(migrated: Settings, db: asyncpg
 
     # seq 3 without seq 2, which Postgres does not have either: the reader stops
     # before the gap and says to read again rather than wait for a notice.
-    await push.write([PushEvent(agent_id, 3, "task.message", data)])
+    await push.write([PushEvent(agent_id, WireEvent(3, "task.message", data))])
     assert await reader.next_batch() == []
     assert reader.more is True and reader.last == 1
     await redis_client.delete(key)
@@ -73,7 +73,8 @@ async def test_the_reader_hands_over_carried_events_that_go_on_from_its_last(
     the stream's) or the Redis stream's."""
     agent_id = f"carry-{uniq}@nobody"  # no such agent: Postgres has nothing
     push = Push(migrated, redis_client, subscriber=None)  # type: ignore[arg-type]
-    in_redis = [PushEvent(agent_id, seq, "task.message", b'{"in":"redis","seq":%d}' % seq)
+    in_redis = [PushEvent(agent_id,
+                          WireEvent(seq, "task.message", b'{"in":"redis","seq":%d}' % seq))
                 for seq in (1, 2, 3)]
     await push.write(in_redis[:1])
     reader = InboxReader(db, redis_client, agent_id, 0)
@@ -89,7 +90,7 @@ async def test_the_reader_hands_over_carried_events_that_go_on_from_its_last(
     # stream is read, and its bytes come back.
     await push.write(in_redis[1:])
     assert await reader.next_batch(offered=[WireEvent(3, "task.message", b"{}")]) == [
-        WireEvent(ev.seq, ev.type, ev.raw) for ev in in_redis[1:]]
+        ev.event for ev in in_redis[1:]]
     assert reader.last == 3
     await redis_client.delete(delivery.inbox_stream_key(agent_id))
 

@@ -38,16 +38,17 @@ def test_bytes_the_serializer_did_not_make_are_parsed_in_full() -> None:
     assert peek(b'{"type":"x","seq":3}') is None
     assert peek(b'{"seq": 3, "event_id": "e", "type": "x"}') is None  # spaced: not ours
     parsed = parse(Delivery("k", b'{"type":"x","seq":3}', 0, 0))
-    assert parsed is not None and (parsed.seq, parsed.type) == (3, "x")
+    assert parsed is not None and (parsed.event.seq, parsed.event.type) == (3, "x")
     untyped = parse(Delivery("k", b'{"seq":4,"event_id":"e","type":""}', 0, 0))
-    assert untyped is not None and untyped.type == "message"
+    assert untyped is not None and untyped.event.type == "message"
     assert parse(Delivery("k", b"not json", 0, 0)) is None
 
 
 async def test_one_pipeline_writes_a_batch_refuses_repeats_and_notices_each_agent_once(
         migrated: Settings, redis_client: aioredis.Redis, uniq: str) -> None:
     agents = [f"pb-{uniq}-{n}@nobody" for n in range(2)]
-    batch = [PushEvent(agents[i % 2], i // 2 + 1, "task.message", event(i // 2 + 1, "t"))
+    batch = [PushEvent(agents[i % 2],
+                       WireEvent(i // 2 + 1, "task.message", event(i // 2 + 1, "t")))
              for i in range(10)]
     pubsub = redis_client.pubsub(ignore_subscribe_messages=True)
     await pubsub.subscribe(delivery.NOTIFY_CHANNEL)
@@ -73,16 +74,15 @@ async def test_one_pipeline_writes_a_batch_refuses_repeats_and_notices_each_agen
         assert [n.agent_id for n in notices] == agents
         for notice in notices:
             assert delivery.carried_events(notice.carried) == [
-                WireEvent(ev.seq, ev.type, ev.raw) for ev in batch
-                if ev.agent_id == notice.agent_id]
+                ev.event for ev in batch if ev.agent_id == notice.agent_id]
     finally:
         await pubsub.aclose()
     for agent_id in agents:
         key = delivery.inbox_stream_key(agent_id)
         entries = await redis_client.xrange(key)
         mine = [ev for ev in batch if ev.agent_id == agent_id]
-        assert [e for e, _ in entries] == [delivery.entry_id(ev.seq).encode() for ev in mine]
-        assert [f[delivery.EVENT_FIELD] for _, f in entries] == [ev.raw for ev in mine]
+        assert [e for e, _ in entries] == [delivery.entry_id(ev.event.seq).encode() for ev in mine]
+        assert [f[delivery.EVENT_FIELD] for _, f in entries] == [ev.event.data for ev in mine]
         assert 0 < await redis_client.ttl(key) <= delivery.STREAM_TTL_SECONDS
         await redis_client.delete(key)
 

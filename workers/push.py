@@ -51,10 +51,9 @@ COMMIT_INTERVAL = 0.1
 @dataclass(frozen=True, slots=True)
 class PushEvent:
     agent_id: str
-    seq: int
-    type: str
-    # The record's bytes, written to the stream as they came (app.domain.event_wire made them).
-    raw: bytes
+    # The record's bytes as they came (app.domain.event_wire made them), with the seq
+    # and type read from their head: what the stream entry and the notice carry.
+    event: WireEvent
 
 
 def parse(record: Delivery) -> PushEvent | None:
@@ -71,7 +70,7 @@ def parse(record: Delivery) -> PushEvent | None:
     except (UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError) as exc:
         log.error("push: unreadable record for key %r skipped: %s", record.key, exc)
         return None
-    return PushEvent(record.key, seq, kind or "message", record.value)
+    return PushEvent(record.key, WireEvent(seq, kind or "message", record.value))
 
 
 class Push:
@@ -97,11 +96,12 @@ class Push:
         maxlen = self.settings.push_stream_maxlen
         pipe = self.redis.pipeline(transaction=False)
         by_agent: dict[str, list[WireEvent]] = {}
-        for ev in events:
-            pipe.xadd(delivery.inbox_stream_key(ev.agent_id),
-                      {delivery.EVENT_FIELD: ev.raw, delivery.TYPE_FIELD: ev.type},
+        for pushed in events:
+            ev = pushed.event
+            pipe.xadd(delivery.inbox_stream_key(pushed.agent_id),
+                      {delivery.EVENT_FIELD: ev.data, delivery.TYPE_FIELD: ev.type},
                       id=delivery.entry_id(ev.seq), maxlen=maxlen, approximate=True)
-            by_agent.setdefault(ev.agent_id, []).append(WireEvent(ev.seq, ev.type, ev.raw))
+            by_agent.setdefault(pushed.agent_id, []).append(ev)
         for agent_id in by_agent:
             pipe.expire(delivery.inbox_stream_key(agent_id), delivery.STREAM_TTL_SECONDS)
         for agent_id, agent_events in by_agent.items():

@@ -40,6 +40,9 @@ class Channels:
         self._moved = asyncio.Event()
 
     def want(self, channel: str, wanted: bool = True) -> None:
+        """Called on every long-poll: costs nothing when nothing changes."""
+        if (channel in self._wanted) == wanted:
+            return
         if wanted:
             self._wanted.add(channel)
         else:
