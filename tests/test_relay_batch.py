@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 from aiokafka import AIOKafkaConsumer
@@ -199,14 +200,15 @@ async def test_kafka_batches_keep_the_default_partition_and_order_of_each_key(
         assert [i for _, i in got[key]] == [i for i, (k, _) in enumerate(records) if k == key]
 
 
-async def test_the_relay_lingers_only_while_commits_come_closer_than_the_linger(
-        migrated: Settings) -> None:
-    """ADR 029: a wake-up that follows the previous one by more than the linger is
-    relayed at once (at 20 msg/s, waiting would only add latency); one that follows
-    it closely waits, so the next commit shares its claim, publish and mark. The
-    commits' NOTIFYs are real; the relay's clock is the test's, so "far apart" does
-    not need the test to sleep."""
-    settings = await isolated_settings(migrated, relay_linger_ms=2000.0,
+@contextlib.asynccontextmanager
+async def lingering_relay(migrated: Settings, linger_ms: float) -> AsyncIterator[
+        tuple[relay_worker.Relay, list[float], Callable[[], Awaitable[None]],
+              Callable[[], Awaitable[bool]]]]:
+    """A relay with the given linger and no sweep to speak of, whose clock is the
+    test's (``now[0]``): "far apart" needs no sleeping. Yields (relay, now, commit,
+    all_sent); ``commit()`` inserts one row and NOTIFYs, as a writer without a
+    Redis waker does."""
+    settings = await isolated_settings(migrated, relay_linger_ms=linger_ms,
                                        relay_sweep_seconds=3600.0)
     now = [100.0]
     pool = await create_pool(settings, min_size=1, max_size=4)
@@ -216,9 +218,9 @@ async def test_the_relay_lingers_only_while_commits_come_closer_than_the_linger(
                                        clock=lambda: now[0])
             await relay.start()
 
-            async def commit(n: int = 1) -> None:
+            async def commit() -> None:
                 async with pool.acquire() as conn, conn.transaction():
-                    await insert_rows(conn, settings.bus_topic, n, 1)
+                    await insert_rows(conn, settings.bus_topic, 1, 1)
                     await outbox_store.wake_relay(conn)
 
             async def all_sent() -> bool:
@@ -226,24 +228,57 @@ async def test_the_relay_lingers_only_while_commits_come_closer_than_the_linger(
                 return counts["pending"] == 0 and counts["sent"] > 0
 
             try:
-                for t in (100.0, 200.0, 300.0):  # a minute or more apart: never waits
-                    now[0] = t
-                    await commit()
-                    await wait_until(all_sent, "a lone commit relayed", timeout=20)
-                assert relay.lingers == 0
-                batches = relay.batches
-                now[0] = 300.5  # half a second after the last: within the 2 s linger
-                await commit()
-                await wait_until(lambda: relay.lingers == 1, "the relay lingering")
-                now[0] = 300.6
-                await commit()  # committed while it lingers: the same batch
-                await wait_until(all_sent, "both relayed", timeout=20)
-                assert relay.batches == batches + 1
-                assert (await outbox_counts(pool))["sent"] == 5
+                yield relay, now, commit, all_sent
             finally:
                 await relay.stop()
     finally:
         await pool.close()
+
+
+async def test_the_relay_lingers_only_while_commits_come_closer_than_the_linger(
+        migrated: Settings) -> None:
+    """ADR 029: a wake-up that follows the previous one by more than the linger is
+    relayed at once (at 20 msg/s, waiting would only add latency); one that follows
+    it closely waits, so the next commit shares its claim, publish and mark. The
+    commits' NOTIFYs are real."""
+    async with lingering_relay(migrated, 2000.0) as (relay, now, commit, all_sent):
+        for t in (100.0, 200.0, 300.0):  # a minute or more apart: never waits
+            now[0] = t
+            await commit()
+            await wait_until(all_sent, "a lone commit relayed", timeout=20)
+        assert relay.lingers == 0
+        batches = relay.batches
+        now[0] = 300.5  # half a second after the last: within the 2 s linger
+        await commit()
+        await wait_until(lambda: relay.lingers == 1, "the relay lingering")
+        now[0] = 300.6
+        await commit()  # committed while it lingers: the same batch
+        await wait_until(all_sent, "both relayed", timeout=20)
+        assert relay.batches == batches + 1
+        assert (await outbox_counts(relay.pool))["sent"] == 5
+
+
+async def test_commits_about_a_linger_apart_are_claimed_when_the_next_is_noticed(
+        migrated: Settings) -> None:
+    """ADR 060: when the last gap was at least half the linger, the relay waits for
+    the next commit, not the whole linger. With a minute's linger, two commits share
+    one batch long before the minute is over (the old whole-linger wait fails the
+    20 s timeout)."""
+    async with lingering_relay(migrated, 60_000.0) as (relay, now, commit, all_sent):
+        for t in (100.0, 200.0):  # over a minute apart: never waits
+            now[0] = t
+            await commit()
+            await wait_until(all_sent, "a lone commit relayed", timeout=20)
+        assert relay.lingers == 0
+        batches = relay.batches
+        now[0] = 240.0  # 40 s after the last: within the minute, over half of it
+        await commit()
+        await wait_until(lambda: relay.lingers == 1, "the relay lingering")
+        now[0] = 240.5
+        await commit()  # noticed while it lingers: claimed at once, with the first
+        await wait_until(all_sent, "both relayed before the linger ends", timeout=20)
+        assert relay.batches == batches + 1
+        assert (await outbox_counts(relay.pool))["sent"] == 4
 
 
 def test_the_sent_mark_writes_only_integers_into_its_query() -> None:
