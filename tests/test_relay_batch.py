@@ -16,6 +16,7 @@ from aiokafka.partitioner import DefaultPartitioner
 from app.platform.db import create_pool
 from app.platform.settings import Settings
 from app.store import outbox as outbox_store
+from app.store.events import WAKEUP_CHANNEL
 from devstack.process import free_port
 from devstack.redis import Redis as RedisServer
 from tests.support.isolated import bus_options, isolated_settings, outbox_counts, wait_until
@@ -217,6 +218,12 @@ async def lingering_relay(migrated: Settings, linger_ms: float) -> AsyncIterator
             relay = relay_worker.Relay(settings, pool, await rt.publisher(),
                                        clock=lambda: now[0])
             await relay.start()
+            # A NOTIFY sent before the relay's LISTEN is not heard, and the tests
+            # count what the relay heard.
+            await wait_until(lambda: pool.fetchval(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND query = $1", f'LISTEN "{WAKEUP_CHANNEL}"'),
+                "the relay's LISTEN")
 
             async def commit() -> None:
                 async with pool.acquire() as conn, conn.transaction():
