@@ -5,6 +5,7 @@ the Kafka publisher's per-partition batches keep each key's partition and order.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -286,6 +287,21 @@ async def test_commits_about_a_linger_apart_are_claimed_when_the_next_is_noticed
         await wait_until(all_sent, "both relayed before the linger ends", timeout=20)
         assert relay.batches == batches + 1
         assert (await outbox_counts(relay.pool))["sent"] == 4
+
+
+async def test_a_stop_during_the_linger_does_not_wait_for_the_sweep(
+        migrated: Settings) -> None:
+    """The loop clears its wake-up before each drain, so a stop that arrived while the
+    relay lingered was cleared with it, and the relay then waited out a whole sweep
+    (an hour here) before it saw the stop."""
+    async with lingering_relay(migrated, 2000.0) as (relay, now, commit, all_sent):
+        await commit()
+        await wait_until(all_sent, "a lone commit relayed", timeout=20)
+        now[0] = 100.5  # half a second later: within the 2 s linger, under half of it
+        await commit()
+        await wait_until(lambda: relay.lingers == 1, "the relay lingering")
+        await asyncio.wait_for(relay.stop(), 30)  # a hang bound, not a timing
+        assert relay.task is not None and relay.task.done()
 
 
 def test_the_sent_mark_writes_only_integers_into_its_query() -> None:
