@@ -82,6 +82,28 @@ async def inbox_seqs(database_url: str, agent_ids: list[str]) -> dict[str, int]:
     return {r["agent_id"]: r["inbox_seq"] for r in rows}
 
 
+async def db_now(database_url: str) -> object:
+    """Postgres's clock: rows' ``created_at`` are on it, not on the bench's."""
+    conn = await asyncpg.connect(database_url)
+    try:
+        return await conn.fetchval("SELECT clock_timestamp()")
+    finally:
+        await conn.close()
+
+
+async def relay_batches_since(database_url: str, topic: str, since: object) -> tuple[int, int]:
+    """Rows sent since ``since`` and in how many relay transactions: a batch marks its
+    rows with one ``now()``, so distinct ``sent_at`` values count the batches."""
+    conn = await asyncpg.connect(database_url)
+    try:
+        row = await conn.fetchrow(
+            "SELECT count(*) AS n, count(DISTINCT sent_at) AS b FROM outbox_events "
+            "WHERE topic = $1 AND status = 'sent' AND created_at >= $2", topic, since)
+        return int(row["n"]), int(row["b"])
+    finally:
+        await conn.close()
+
+
 async def open_stream(base_url: str, agent: Agent, after: int,
                       on_event: Callable[[SseStream, SseEvent], None] | None = None) -> SseStream:
     url = urlsplit(base_url)

@@ -23,7 +23,17 @@ from dataclasses import dataclass, field
 
 from bench.client import Client, HttpError, SseEvent, SseStream, now
 from bench.cpu import CpuMeter, Interval, Measure
-from bench.load import Agent, Cast, inbox_seqs, message_id_of, new_message_id, open_stream, send
+from bench.load import (
+    Agent,
+    Cast,
+    db_now,
+    inbox_seqs,
+    message_id_of,
+    new_message_id,
+    open_stream,
+    relay_batches_since,
+    send,
+)
 from bench.stats import Dist
 
 
@@ -42,6 +52,12 @@ class LatencyRun:
     duplicates: int = 0
     reordered: int = 0      # events whose seq is not above the stream's previous one
     cpu: Interval | None = None
+    relay_rows: int = 0     # this run's rows the relay sent …
+    relay_batches: int = 0  # … in this many transactions
+
+    @property
+    def sends_per_batch(self) -> float:
+        return self.relay_rows / self.relay_batches if self.relay_batches else math.nan
 
     @property
     def e2e_dist(self) -> Dist:
@@ -57,10 +73,11 @@ class LatencyRun:
 
 
 async def run(stream_urls: Sequence[str], database_url: str, cast: Cast, client: Client, *,
-              rate: float, seconds: float, settle: float,
+              rate: float, seconds: float, settle: float, topic: str = "",
               meter: CpuMeter | None = None) -> LatencyRun:
     """One open-loop run; waits up to ``settle`` s after the last send for stragglers.
-    Recipient i's stream goes to web process ``stream_urls[i % len]`` (round robin)."""
+    Recipient i's stream goes to web process ``stream_urls[i % len]`` (round robin).
+    With the bus ``topic``, also counts the relay's batches for this run's rows."""
     result = LatencyRun(rate, seconds)
     sent_at: dict[str, float] = {}
     acked_at: dict[str, float] = {}
@@ -93,6 +110,7 @@ async def run(stream_urls: Sequence[str], database_url: str, cast: Cast, client:
     streams = [await open_stream(stream_urls[i % len(stream_urls)], r, after[r.agent_id], on_event)
                for i, r in enumerate(cast.recipients)]
     pairs = itertools.cycle([(s, r) for s in cast.senders for r in cast.recipients])
+    db_start = await db_now(database_url) if topic else None
 
     async def one(sender: Agent, recipient: Agent, mid: str) -> None:
         sent_at[mid] = now()   # the request is written without another await (warm pool)
@@ -138,6 +156,9 @@ async def run(stream_urls: Sequence[str], database_url: str, cast: Cast, client:
         pass
     result.missing = result.accepted - len(seen)
     result.pipeline = [at - acked_at[mid] for mid, at in received_at.items() if mid in acked_at]
+    if topic:
+        result.relay_rows, result.relay_batches = await relay_batches_since(
+            database_url, topic, db_start)
     for s in streams:
         s.close()
     return result

@@ -17,7 +17,7 @@ import asyncpg
 
 from bench.client import Client, HttpError, now
 from bench.cpu import CpuMeter, Interval, Measure
-from bench.load import Cast, new_message_id, send
+from bench.load import Cast, db_now, new_message_id, relay_batches_since, send
 from bench.stats import Dist
 
 
@@ -48,7 +48,7 @@ async def run(client: Client, cast: Cast, *, concurrency: int, seconds: float,
               meter: CpuMeter | None = None) -> SendsRun:
     result = SendsRun(concurrency)
     rng = random.Random(concurrency)
-    db_start = await _db_now(database_url) if database_url else None
+    db_start = await db_now(database_url) if database_url else None
     await client.prewarm(concurrency)
     start = now()
     end = start + seconds
@@ -81,30 +81,9 @@ async def run(client: Client, cast: Cast, *, concurrency: int, seconds: float,
     result.seconds = last - start
     if database_url:
         result.backlog_after, result.drain_seconds = await _drain(database_url, topic)
-        result.relay_rows, result.relay_batches = await _relay_batches(database_url, topic,
+        result.relay_rows, result.relay_batches = await relay_batches_since(database_url, topic,
                                                                        db_start)
     return result
-
-
-async def _db_now(database_url: str) -> object:
-    conn = await asyncpg.connect(database_url)
-    try:
-        return await conn.fetchval("SELECT clock_timestamp()")
-    finally:
-        await conn.close()
-
-
-async def _relay_batches(database_url: str, topic: str, since: object) -> tuple[int, int]:
-    """Rows sent since ``since`` and in how many relay transactions: a batch marks its
-    rows with one ``now()``, so distinct ``sent_at`` values count the batches."""
-    conn = await asyncpg.connect(database_url)
-    try:
-        row = await conn.fetchrow(
-            "SELECT count(*) AS n, count(DISTINCT sent_at) AS b FROM outbox_events "
-            "WHERE topic = $1 AND status = 'sent' AND created_at >= $2", topic, since)
-        return int(row["n"]), int(row["b"])
-    finally:
-        await conn.close()
 
 
 async def _drain(database_url: str, topic: str, timeout: float = 120.0) -> tuple[int, float]:
