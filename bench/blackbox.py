@@ -46,11 +46,12 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from app.platform.metrics import TASK_CREATE_STATEMENTS
+from app.platform.settings import Settings
 from bench import blackbox_pg, wrk_run
 from bench.blackbox_report import Level, Measured, render
 from bench.cpu import CpuMeter
 from bench.env import machine_facts
-from bench.load import make_cast
+from bench.load import db_now, make_cast, relay_batches_since
 from bench.scenarios import pgbench
 from bench.stalls import StallWatch
 from devstack.ports import listening_pid
@@ -61,6 +62,8 @@ from devstack.stack import Ports
 REPO = Path(__file__).resolve().parents[1]
 PROCFILE = REPO / "Procfile"
 DATABASE_URL = f"postgresql://postgres@127.0.0.1:{Ports.fixed().postgres}/mesh"
+# make run sets no MESH_BUS_TOPIC: the mesh's rows go to the default topic.
+BUS_TOPIC = Settings.model_fields["bus_topic"].default
 # Embedded service → its fixed port (the server may run detached from devstack).
 SERVICES = (("postgres", Ports.fixed().postgres), ("redis", Ports.fixed().redis),
             ("kafka", Ports.fixed().kafka))
@@ -228,6 +231,7 @@ async def _measure(args: argparse.Namespace, work: Path) -> Measured:
             print(f"blackbox: wrk at c={c} ...", file=sys.stderr)
             kept_before = await blackbox_pg.upkeep(DATABASE_URL)
             statements_before = await _create_statements(base)
+            run_start = await db_now(DATABASE_URL)
             with StallWatch() as watch:
                 run = await wrk_run.run(base, cast_file, run_id, connections=c, seconds=args.seconds,
                                         meter=stack_meter(proc.pid, args.procfile))
@@ -236,6 +240,7 @@ async def _measure(args: argparse.Namespace, work: Path) -> Measured:
             drained = await _outbox_drained()
             written = await _written(run_id)
             statements = await _create_statements(base) - statements_before
+            relayed = await relay_batches_since(DATABASE_URL, BUS_TOPIC, run_start)
             runs: dict[str, pgbench.PgbenchRun] = {}
             for variant in ("lean", "split", "real"):
                 print(f"blackbox: pgbench {variant} at c={c} ...", file=sys.stderr)
@@ -244,7 +249,8 @@ async def _measure(args: argparse.Namespace, work: Path) -> Measured:
                     n_senders=args.senders, n_recipients=args.recipients, variant=variant,
                     meter=stack_meter(proc.pid, args.procfile, only="postgres"))
             await pgbench.cleanup(DATABASE_URL)
-            levels.append(Level(run, written, drained, statements, watch.summary(), kept, runs))
+            levels.append(Level(run, written, drained, statements, watch.summary(), kept, runs,
+                                relayed))
         plan = await blackbox_pg.explain_create(DATABASE_URL, args.senders, args.recipients)
         tables = await blackbox_pg.tables(DATABASE_URL)
     return levels, tables, plan

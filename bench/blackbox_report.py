@@ -24,6 +24,7 @@ class Level:
     stalls: str           # the machine's stalls during the run (bench.stalls)
     upkeep: Upkeep
     pgbench: dict[str, PgbenchRun]
+    relayed: tuple[int, int] = (0, 0)  # the run's outbox rows sent, in how many relay batches
 
 
 # What a black-box run measured, in render's order: the levels, the send's tables,
@@ -156,21 +157,25 @@ def render(facts: dict[str, str], args: argparse.Namespace, levels: list[Level],
     out += ["", best_to_best(runs, [level.pgbench["lean"] for level in levels])]
     out += ["", "## Counted", "",
             "| connections | 201s | rows written | other statuses | socket errors | outbox drained after "
-            "| create statements | creates per statement | machine stalls |",
-            "|---|---|---|---|---|---|---|---|---|"]
+            "| create statements | creates per statement | sends per relay batch | machine stalls |",
+            "|---|---|---|---|---|---|---|---|---|---|"]
     for level in levels:
         run, written, statements = level.run, level.written, level.statements
+        rows, batches = level.relayed
         # A send in flight when wrk stops is written but its 201 is not counted: at
         # most one per connection. Fewer rows than 201s would be a lost send.
         flag = "" if run.created <= written <= run.created + run.connections else " **(mismatch)**"
         out.append(f"| {run.connections} | {run.created} | {written}{flag} | {run.refused} "
                    f"| {run.socket_errors} | {level.drained:.1f} s | {fmt(statements)} "
                    f"| {fmt(written / statements if statements else float('nan'), '', 2)} "
+                   f"| {fmt(rows / batches if batches else float('nan'), '', 2)} "
                    f"| {level.stalls} |")
     out += ["", "Rows written may exceed the 201s by the sends in flight when wrk stopped "
             "(at most one per connection); fewer rows than 201s would be a lost send. "
             "Create statements: the web's `agent_mesh_task_create_statements_total` over the "
             "run; concurrent creates share one (`MESH_CREATE_BATCH_IN_FLIGHT` at a time). "
+            "Sends per relay batch: the run's outbox rows ÷ their distinct `sent_at` (one per "
+            "relay transaction). "
             "Machine stalls: wake-ups of the bench's own 5 ms timer more than 100 ms late "
             "during the wrk run (`bench/stalls.py`) — the host pausing the whole machine; a "
             "level with one has a p99 that says nothing about the mesh.",

@@ -77,3 +77,15 @@ def test_a_repeated_level_keeps_its_own_pgbench_and_its_own_stalls() -> None:
     counted = [line for line in text.splitlines() if line.startswith("| 32 | 1")]
     assert counted[-1].endswith("| 1, longest 22,125 ms |")
     assert "- c=32: 400 updates, 300 HOT (75 %)" in text.splitlines()
+
+
+def test_the_counted_table_gives_each_levels_sends_per_relay_batch() -> None:
+    pgbench = {"lean": _pg(16, 3_000.0), "split": _pg(16, 2_000.0), "real": _pg(16, 1_500.0)}
+    level = Level(_wrk(16, 12_000, 20.0), 12_000, 0.0, 2_000.0, "none", Upkeep({}, {}), pgbench,
+                  relayed=(12_000, 4_800))
+    args = argparse.Namespace(senders=100, recipients=10, seconds=10.0, pgbench_seconds=None,
+                              cold=False)
+    counted = [line for line in render({}, args, [level], [], "").splitlines()
+               if line.startswith("| 16 | 12000 |")]
+    # 12,000 creates in 2,000 statements, their rows in 4,800 relay transactions
+    assert counted == ["| 16 | 12000 | 12000 | 0 | 0 | 0.0 s | 2,000 | 6.00 | 2.50 | none |"]
