@@ -17,7 +17,7 @@ from aiokafka.partitioner import DefaultPartitioner
 from app.platform.db import create_pool
 from app.platform.settings import Settings
 from app.store import outbox as outbox_store
-from app.store.events import WAKEUP_CHANNEL
+from app.store.events import WAKEUP_CHANNEL, relay_wakeup_message
 from devstack.process import free_port
 from devstack.redis import Redis as RedisServer
 from tests.support.isolated import bus_options, isolated_settings, outbox_counts, wait_until
@@ -204,12 +204,12 @@ async def test_kafka_batches_keep_the_default_partition_and_order_of_each_key(
 
 @contextlib.asynccontextmanager
 async def lingering_relay(migrated: Settings, linger_ms: float) -> AsyncIterator[
-        tuple[relay_worker.Relay, list[float], Callable[[], Awaitable[None]],
+        tuple[relay_worker.Relay, list[float], Callable[..., Awaitable[None]],
               Callable[[], Awaitable[bool]]]]:
     """A relay with the given linger and no sweep to speak of, whose clock is the
     test's (``now[0]``): "far apart" needs no sleeping. Yields (relay, now, commit,
     all_sent); ``commit()`` inserts one row and NOTIFYs, as a writer without a
-    Redis waker does."""
+    Redis waker does (``commit(n)``: a wake-up that announces n events)."""
     settings = await isolated_settings(migrated, relay_linger_ms=linger_ms,
                                        relay_sweep_seconds=3600.0)
     now = [100.0]
@@ -226,10 +226,14 @@ async def lingering_relay(migrated: Settings, linger_ms: float) -> AsyncIterator
                 "AND query = $1", f'LISTEN "{WAKEUP_CHANNEL}"'),
                 "the relay's LISTEN")
 
-            async def commit() -> None:
+            async def commit(announce: int | None = None) -> None:
                 async with pool.acquire() as conn, conn.transaction():
                     await insert_rows(conn, settings.bus_topic, 1, 1)
-                    await outbox_store.wake_relay(conn)
+                    if announce is None:
+                        await outbox_store.wake_relay(conn)
+                    else:  # a wake-up that announces ``announce`` events
+                        await conn.execute("SELECT pg_notify($1, $2)", WAKEUP_CHANNEL,
+                                           relay_wakeup_message(announce).decode())
 
             async def all_sent() -> bool:
                 counts = await outbox_counts(pool)
@@ -285,8 +289,27 @@ async def test_commits_about_a_linger_apart_are_claimed_when_the_next_is_noticed
         now[0] = 240.5
         await commit()  # noticed while it lingers: claimed at once, with the first
         await wait_until(all_sent, "both relayed before the linger ends", timeout=20)
-        assert relay.batches == batches + 1
+        assert relay.batches == batches + 1 and relay.lingers_to_next == 1
         assert (await outbox_counts(relay.pool))["sent"] == 4
+
+
+async def test_a_wake_up_that_announces_many_events_gets_the_whole_linger(
+        migrated: Settings) -> None:
+    """ADR 060: a round of many events (a web process's wake-up under load covers
+    every commit since its last) says commits are close whatever the gap between
+    wake-ups, so the relay lingers the whole time and its batch takes in what
+    follows."""
+    async with lingering_relay(migrated, 2000.0) as (relay, now, commit, all_sent):
+        await commit()
+        await wait_until(all_sent, "a lone commit relayed", timeout=20)
+        batches = relay.batches
+        now[0] = 101.5  # over half the 2 s linger after the last, but announcing five
+        await commit(5)
+        await wait_until(lambda: relay.lingers == 1, "the relay lingering")
+        now[0] = 101.6
+        await commit()  # noticed while it lingers: the linger goes on
+        await wait_until(all_sent, "both relayed", timeout=20)
+        assert relay.batches == batches + 1 and relay.lingers_to_next == 0
 
 
 async def test_a_stop_during_the_linger_does_not_wait_for_the_sweep(

@@ -18,7 +18,12 @@ from prometheus_client import REGISTRY
 from app.delivery.after_commit import AfterCommit
 from app.platform.db import create_pool
 from app.platform.settings import Settings
-from app.store.events import WAKEUP_CHANNEL, relay_wakeup_channel
+from app.store.events import (
+    WAKEUP_CHANNEL,
+    relay_wakeup_channel,
+    relay_wakeup_events,
+    relay_wakeup_message,
+)
 from devstack.process import free_port
 from tests.support.isolated import isolated_settings, outbox_counts, wait_until
 from tests.support.meshapi import MeshFactory
@@ -82,3 +87,36 @@ async def test_a_commit_whose_redis_round_fails_wakes_the_relay_by_notify(
         await nowhere.aclose()
         await listener.close()
         await pool.close()
+
+
+async def test_the_wake_up_announces_how_many_events_its_round_carries(
+        migrated: Settings) -> None:
+    """The relay lingers differently for a lone send than for a round of many
+    (ADR 060), so the wake-up's body counts the recipients of the round's commits."""
+    settings = await isolated_settings(migrated)
+    pool = await create_pool(settings, min_size=1, max_size=2)
+    redis = aioredis.from_url(settings.redis_url)
+    channel = relay_wakeup_channel(settings.bus_topic)
+    wakeup = AfterCommit(pool, redis, relay_channel=channel)
+    async with redis.pubsub() as sub:
+        await sub.subscribe(channel)
+        await sub.get_message(timeout=5)  # the subscription's confirmation
+        await wakeup.start()
+        try:
+            wakeup.wake(["a@x", "b@x"])  # two commits before the round runs: one round
+            wakeup.wake(["c@x"])
+            message = await sub.get_message(ignore_subscribe_messages=True, timeout=20)
+            assert message is not None and message["data"] == relay_wakeup_message(3)
+            assert relay_wakeup_events(message["data"]) == 3
+        finally:
+            await wakeup.stop()
+    await redis.aclose()
+    await pool.close()
+
+
+def test_a_wake_up_without_a_count_announces_one_event() -> None:
+    assert relay_wakeup_events(b"") == 1  # a NOTIFY's empty payload, or no count sent
+    assert relay_wakeup_events("") == 1
+    assert relay_wakeup_events(b"7") == 7
+    assert relay_wakeup_events(b"0") == 1
+    assert relay_wakeup_events(b"lots") == 1

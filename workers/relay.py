@@ -36,7 +36,7 @@ from app.platform.metrics import DEAD_LETTERS, OUTBOX_DISPATCH, OUTBOX_PENDING, 
 from app.platform.retry import Backoff, Schedule
 from app.platform.settings import Settings
 from app.store import outbox as outbox_store
-from app.store.events import WAKEUP_CHANNEL, relay_wakeup_channel
+from app.store.events import WAKEUP_CHANNEL, relay_wakeup_channel, relay_wakeup_events
 from workers import runtime
 from workers.bus import Publisher, PublishError, RecordRejected
 
@@ -65,8 +65,10 @@ class Relay:
         self._clock = clock
         self._noticed_at = -math.inf
         self._notice_gap = math.inf
+        self._notice_events = 1  # the inbox events the last wake-up announced
         self.batches = 0
         self.lingers = 0
+        self.lingers_to_next = 0  # lingers that ended at the next commit (ADR 060)
         # False after a batch the bus refused entirely: the loop then pauses (with
         # backoff) instead of claiming the next rows and burning their attempts.
         self.bus_healthy = True
@@ -270,14 +272,16 @@ class Relay:
     async def _linger(self, linger: float) -> None:
         """Wait for the commits the linger is for.
 
-        Commits about one linger apart (gaps of at least half of it) make batches of
-        two at most, so the relay claims as soon as the next one is noticed: the
-        first commit waits one gap instead of the whole linger, and the timer's
-        wake-up is not needed. Closer commits get the whole linger, which is what
-        makes their batches large (ADR 060)."""
-        if self._notice_gap < linger / 2:
+        Lone sends about one linger apart (a wake-up that announced one event, at
+        least half a linger after the one before) make batches of two at most, so
+        the relay claims as soon as the next one is noticed: the first send waits
+        one gap instead of the whole linger, and the timer's wake-up is not needed.
+        Closer commits, and rounds that announced several events, get the whole
+        linger, which is what makes batches large under load (ADR 060)."""
+        if self._notice_gap < linger / 2 or self._notice_events > 1:
             await asyncio.sleep(linger)
             return
+        self.lingers_to_next += 1
         self._wake.clear()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._wake.wait(), linger)
@@ -288,11 +292,14 @@ class Relay:
             OUTBOX_PENDING.set(pending)
             DEAD_LETTERS.set(failed)
 
-    def _noticed(self, *_args: object) -> None:
-        """A commit's wake-up (a NOTIFY or a web process's Redis message): wake the
-        loop, and note how fast commits arrive."""
+    def _noticed(self, *args: object) -> None:
+        """A commit's wake-up (a NOTIFY, called with its payload last, or a web
+        process's Redis message, called with its body): wake the loop, and note how
+        fast commits arrive and how many events the last one announced."""
         now = self._clock()
         self._notice_gap, self._noticed_at = now - self._noticed_at, now
+        body = args[-1] if args else b""
+        self._notice_events = relay_wakeup_events(body if isinstance(body, bytes | str) else b"")
         self._wake.set()
 
     async def _listen(self) -> None:

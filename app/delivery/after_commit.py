@@ -36,6 +36,7 @@ from app.delivery.protocol import COMMIT_CHANNEL, commit_notice
 from app.platform.background import cancel
 from app.platform.metrics import RELAY_WAKEUPS
 from app.platform.retry import Backoff
+from app.store.events import relay_wakeup_message
 from app.store.outbox import wake_relay
 
 log = logging.getLogger("mesh.after_commit")
@@ -54,6 +55,7 @@ class AfterCommit:
         # Relays hear the Redis round only when there is a Redis and a channel.
         self._relay_channel = relay_channel if redis is not None else None
         self._recipients: set[str] = set()
+        self._events = 0  # events committed since the last round, for the relays
         self._notify = False  # a Postgres NOTIFY is owed to the relays
         self._ready = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -66,6 +68,7 @@ class AfterCommit:
                 self._hub.wake(agent_id, committed=True)
         if self._redis is not None:
             self._recipients.update(recipients)
+            self._events += len(recipients)
         if not recipients or self._relay_channel is None:
             self._notify = True
         self._ready.set()
@@ -83,24 +86,26 @@ class AfterCommit:
 
     async def _round(self) -> None:
         agents, self._recipients = self._recipients, set()
+        events, self._events = self._events, 0
         try:
             if agents:
-                await self._publish(agents)
+                await self._publish(agents, events)
         except BaseException:
             self._recipients |= agents  # still worth waking once Redis answers
+            self._events += events
             if self._relay_channel is not None:
                 self._notify = True  # the rows are committed: wake the relays now
             await self._notify_relays()
             raise
         await self._notify_relays()
 
-    async def _publish(self, agents: set[str]) -> None:
+    async def _publish(self, agents: set[str], events: int) -> None:
         assert self._redis is not None
         async with self._redis.pipeline(transaction=False) as pipe:
             for agent_id in agents:
                 pipe.publish(COMMIT_CHANNEL, commit_notice(agent_id))
             if self._relay_channel is not None:
-                pipe.publish(self._relay_channel, b"")
+                pipe.publish(self._relay_channel, relay_wakeup_message(events))
             await pipe.execute()
         if self._relay_channel is not None:
             RELAY_WAKEUPS.labels(via="redis").inc()

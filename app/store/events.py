@@ -32,6 +32,21 @@ def relay_wakeup_channel(topic: str) -> str:
     return f"mesh:outbox-wakeup:{topic}"
 
 
+def relay_wakeup_message(events: int) -> bytes:
+    """A relay wake-up's body: how many inbox events its round announces. The relay
+    waits differently for a lone send than for a round of many (ADR 060)."""
+    return str(events).encode()
+
+
+def relay_wakeup_events(body: bytes | str) -> int:
+    """The events a wake-up announces: at least 1, and 1 for a body without a count
+    (a NOTIFY, or a web process that sends none)."""
+    try:
+        return max(int(body), 1)
+    except ValueError:
+        return 1
+
+
 @dataclass(frozen=True)
 class NewEvent:
     agent_id: str
