@@ -68,7 +68,7 @@ class Relay:
         self._notice_events = 1  # the inbox events the last wake-up announced
         self.batches = 0
         self.lingers = 0
-        self.lingers_to_next = 0  # lingers that ended at the next commit (ADR 060)
+        self.lingers_to_next = 0  # lingers that waited only for the next wake-up (ADR 060)
         # False after a batch the bus refused entirely: the loop then pauses (with
         # backoff) instead of claiming the next rows and burning their attempts.
         self.bus_healthy = True
@@ -299,7 +299,7 @@ class Relay:
         now = self._clock()
         self._notice_gap, self._noticed_at = now - self._noticed_at, now
         body = args[-1] if args else b""
-        self._notice_events = relay_wakeup_events(body if isinstance(body, bytes | str) else b"")
+        self._notice_events = relay_wakeup_events(body) if isinstance(body, bytes | str) else 1
         self._wake.set()
 
     async def _listen(self) -> None:

@@ -33,8 +33,9 @@ def relay_wakeup_channel(topic: str) -> str:
 
 
 def relay_wakeup_message(events: int) -> bytes:
-    """A relay wake-up's body: how many inbox events its round announces. The relay
-    waits differently for a lone send than for a round of many (ADR 060)."""
+    """A relay wake-up's body: how many inbox events its round announces (each of its
+    commits' recipients, once per commit). The relay waits differently for a lone
+    send than for a round of many (ADR 060)."""
     return str(events).encode()
 
 
