@@ -187,7 +187,17 @@ async def alert_dead_letters(pool: asyncpg.Pool, redis: aioredis.Redis,
     rather than repeating it; the ``agent_mesh_outbox_failed_total`` gauge still
     shows the rows. Only counts leave the process, never a payload."""
     total, top = await outbox_store.failed_summary(pool)
-    DEAD_LETTERS.set(total)
+    try:
+        return await _alert_new_dead_letters(redis, settings, pool, total, top)
+    finally:
+        # Set as the job returns, after its awaits: a relay in the same process sets
+        # this gauge from its own count every few seconds, and must not land between
+        # this set and a caller's read.
+        DEAD_LETTERS.set(total)
+
+
+async def _alert_new_dead_letters(redis: aioredis.Redis, settings: Settings,
+                                  pool: asyncpg.Pool, total: int, top: int) -> dict[str, int]:
     result = {"failed": total, "new": 0}
     if top == 0:
         return result
