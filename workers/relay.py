@@ -258,14 +258,14 @@ class Relay:
                 log.exception("relay: unexpected error")
                 await backoff.wait(f"unexpected error {exc!r}")
                 continue
-            now = time.monotonic()
-            if now - last_gauge > 5:
-                last_gauge = now
-                await self._update_gauges()
             if self._stopping:
                 # A stop that came during the linger or the drain: its wake-up was
                 # cleared before the drain, so waiting would last the whole sweep.
                 break
+            now = time.monotonic()
+            if now - last_gauge > 5:
+                last_gauge = now
+                await self._update_gauges()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), self.settings.relay_sweep_seconds)
 
