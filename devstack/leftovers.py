@@ -12,7 +12,9 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import shutil
 import signal
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,6 +25,7 @@ from devstack.say import say
 # Binaries whose processes may be ours when they work inside our data folder.
 SERVICE_EXES = {"postgres", "redis-server", "java", "nats-server"}
 RECORDS = "processes"
+LOCK = "devstack.lock"
 
 
 @contextlib.contextmanager
@@ -33,22 +36,109 @@ def own_data_dir(data_dir: Path) -> Iterator[None]:
     was left behind by a devstack that is gone. It is a POSIX record lock
     (``lockf``), which forked children do not inherit: only this process owns it."""
     data_dir.mkdir(parents=True, exist_ok=True)
-    lock_path = data_dir / "devstack.lock"
+    lock_path = data_dir / LOCK
     fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        try:
-            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
+        if not _locked(fd):
             owner = lock_path.read_text().strip() or "?"
             raise SystemExit(
                 f"devstack: another devstack (pid {owner}) is using {data_dir}; "
                 "stop it first (Ctrl-C in its terminal), or set MESH_DATA_DIR "
-                "to use another folder") from None
+                "to use another folder")
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()}\n".encode())
         yield
     finally:
         os.close(fd)
+
+
+@contextlib.contextmanager
+def scratch_data_dir(prefix: str, parent: Path | None = None) -> Iterator[Path]:
+    """A new temporary data folder (``<parent>/<prefix>XXXX``, the system's temp
+    folder by default), owned for as long as the block runs; the caller removes it
+    or keeps it. A folder still there when the block ends was kept on purpose and
+    gives up its lock file; one whose owner died keeps it. First, folders of the
+    same prefix whose owner died — a test session or bench killed before its
+    cleanup — are stopped and removed (:func:`reap_abandoned`): their services
+    would otherwise idle on the machine, and skew every benchmark beside them."""
+    parent = parent or Path(tempfile.gettempdir())
+    reap_abandoned(parent, prefix)
+    root = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+    with own_data_dir(root):
+        try:
+            yield root
+        finally:
+            (root / LOCK).unlink(missing_ok=True)
+
+
+def reap_abandoned(parent: Path, prefix: str, timeout: float = 30.0) -> list[Path]:
+    """Stop what is left running in, and remove, every ``<parent>/<prefix>*`` folder
+    whose owner is gone: its lock file names a pid, yet the lock is free. A folder
+    whose lock file is still empty is being set up (the pid is written once the lock
+    is held), and one without a lock file is not ours to judge: both are left alone.
+    A data folder nested one level down with a lock of its own (``make run``'s under
+    the black-box bench) belonged to the dead run: a devstack still holding it is
+    asked to stop (SIGTERM), then the folder's leftovers are stopped."""
+    reaped = []
+    for folder in sorted(parent.glob(f"{prefix}*")):
+        fd = _lock_if_abandoned(folder / LOCK)
+        if fd is None:
+            continue
+        try:
+            say(f"devstack: removing {folder}, left behind by a run that died")
+            for inner in sorted(folder.glob(f"*/{LOCK}")):
+                _stop_owner(inner, timeout)
+                stop_leftovers(inner.parent, timeout)
+            stop_leftovers(folder, timeout)
+            shutil.rmtree(folder, ignore_errors=True)
+            reaped.append(folder)
+        finally:
+            os.close(fd)
+    return reaped
+
+
+def _locked(fd: int) -> bool:
+    """Took the lock of the open file ``fd``; False while another process holds it."""
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return False
+    return True
+
+
+def _lock_if_abandoned(lock_path: Path) -> int | None:
+    try:
+        if not lock_path.read_text().strip():
+            return None
+        fd = os.open(lock_path, os.O_RDWR)
+    except OSError:
+        return None
+    if _locked(fd):
+        return fd
+    os.close(fd)  # its owner is alive
+    return None
+
+
+def _stop_owner(lock_path: Path, timeout: float) -> None:
+    """SIGTERM the process holding ``lock_path`` and wait for it to go. The holder
+    is the pid the file names: the lock is not inherited by forks."""
+    try:
+        fd = os.open(lock_path, os.O_RDWR)
+    except OSError:
+        return
+    try:
+        if _locked(fd):
+            return  # nobody holds it
+    finally:
+        os.close(fd)
+    try:
+        pid = int(lock_path.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return
+    say(f"devstack: stopping the devstack (pid {pid}) in {lock_path.parent}")
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    _wait_gone(pid, timeout)
 
 
 def alive(pid: int) -> bool:

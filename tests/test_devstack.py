@@ -17,7 +17,14 @@ import pytest
 from devstack import procfile
 from devstack.bus import BusChoice, KafkaPolicy, NatsPolicy, failed, plan_bus, plan_nats
 from devstack.config import Options, process_env, redact
-from devstack.leftovers import alive, record_process_group, stop_recorded_groups
+from devstack.leftovers import (
+    LOCK,
+    alive,
+    reap_abandoned,
+    record_process_group,
+    scratch_data_dir,
+    stop_recorded_groups,
+)
 from devstack.ports import listening_pid, metrics_ports, web_address
 from devstack.supervise import Supervisor
 
@@ -194,6 +201,95 @@ def test_a_record_whose_pid_was_reused_is_never_signalled(tmp_path: Path) -> Non
     finally:
         proc.kill()
         proc.wait()
+
+
+# A run that owns a scratch folder, as a test session or bench does, with a real Redis
+# started in it the way the stack starts one (its own session: it outlives the run).
+_OWNER = """
+import sys, time
+from pathlib import Path
+from devstack.leftovers import scratch_data_dir
+from devstack.process import free_port
+from devstack.redis import Redis
+with scratch_data_dir(sys.argv[1], Path(sys.argv[2])) as root:
+    redis = Redis(root / "redis", free_port(), persist=False)
+    redis.start()
+    print(root, redis.proc.pid, flush=True)
+    time.sleep(600)
+"""
+
+
+def _owner(tmp_path: Path, prefix: str) -> tuple[subprocess.Popen[str], Path, int]:
+    proc = subprocess.Popen([sys.executable, "-c", _OWNER, prefix, str(tmp_path)],
+                            stdout=subprocess.PIPE, text=True, cwd=Path(__file__).parent.parent)
+    assert proc.stdout is not None
+    root, redis_pid = proc.stdout.readline().split()
+    return proc, Path(root), int(redis_pid)
+
+
+def _kill(proc: subprocess.Popen[str]) -> None:
+    proc.kill()
+    proc.wait()
+
+
+def test_a_killed_runs_folder_and_its_services_are_removed(tmp_path: Path) -> None:
+    proc, root, redis_pid = _owner(tmp_path, "mesh-x-")
+    try:
+        _kill(proc)  # as `timeout` or a closed terminal would: no cleanup runs
+        assert alive(redis_pid) and (root / LOCK).read_text().strip()
+        assert reap_abandoned(tmp_path, "mesh-x-", timeout=20) == [root]
+        assert not alive(redis_pid)
+        assert not root.exists()
+    finally:
+        if alive(redis_pid):
+            os.kill(redis_pid, 9)
+
+
+def test_live_kept_and_unknown_folders_are_left_alone(tmp_path: Path) -> None:
+    proc, live, redis_pid = _owner(tmp_path, "mesh-x-")
+    try:
+        with scratch_data_dir("mesh-x-", tmp_path) as kept:
+            pass  # kept on purpose: the folder stays, without its lock file
+        setting_up = tmp_path / "mesh-x-setting-up"
+        setting_up.mkdir()
+        (setting_up / LOCK).write_text("")  # created, its pid not written yet
+        unknown = tmp_path / "mesh-x-unknown"
+        unknown.mkdir()
+        assert reap_abandoned(tmp_path, "mesh-x-", timeout=20) == []
+        assert all(p.exists() for p in (live, kept, setting_up, unknown))
+        assert alive(redis_pid)
+        _kill(proc)  # once its owner dies, the live one is reaped, and only it
+        assert reap_abandoned(tmp_path, "mesh-x-", timeout=20) == [live]
+        assert not alive(redis_pid)
+        assert all(p.exists() for p in (kept, setting_up, unknown))
+    finally:
+        _kill(proc)
+        if alive(redis_pid):
+            os.kill(redis_pid, 9)
+
+
+def test_a_nested_devstack_of_a_killed_run_is_asked_to_stop(tmp_path: Path) -> None:
+    outer = tmp_path / "mesh-y-1"
+    holder = f"""
+import time
+from pathlib import Path
+from devstack.leftovers import own_data_dir
+with own_data_dir(Path({str(outer / "data")!r})):
+    print("held", flush=True)
+    time.sleep(600)
+"""
+    outer.mkdir()
+    (outer / LOCK).write_text("1\n")  # named a pid, held by nobody: its run died
+    inner = subprocess.Popen([sys.executable, "-c", holder], stdout=subprocess.PIPE, text=True,
+                             cwd=Path(__file__).parent.parent, start_new_session=True)
+    try:
+        assert inner.stdout is not None and inner.stdout.readline().strip() == "held"
+        assert reap_abandoned(tmp_path, "mesh-y-", timeout=20) == [outer]
+        inner.wait(20)  # psutil may have reaped it already: no exit code to compare
+        assert not alive(inner.pid)
+        assert not outer.exists()
+    finally:
+        _kill(inner)
 
 
 # --- the supervisor ---------------------------------------------------------------------------
