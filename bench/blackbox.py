@@ -33,7 +33,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -54,6 +53,7 @@ from bench.env import machine_facts
 from bench.load import db_now, make_cast, relay_batches_since
 from bench.scenarios import pgbench
 from bench.stalls import StallWatch
+from devstack.leftovers import scratch_data_dir
 from devstack.ports import listening_pid
 from devstack.process import free_port
 from devstack.procfile import read as procfile_of
@@ -177,19 +177,19 @@ async def _outbox_drained(timeout: float = 120) -> float:
 
 async def main(args: argparse.Namespace) -> Path | None:
     facts = machine_facts()
-    work = Path(tempfile.mkdtemp(prefix="mesh-blackbox-"))
     started = time.monotonic()
     if args.procfile != PROCFILE:
         facts["Procfile"] = f"`{args.procfile}` (not the repository's)"
     if args.pg_set:
         facts["Postgres settings (ALTER SYSTEM)"] = " ".join(f"`{s}`" for s in args.pg_set)
-    try:
-        measured = await _measure(args, work)
-    finally:
-        if args.keep:
-            print(f"blackbox: kept {work}", file=sys.stderr)
-        else:
-            shutil.rmtree(work, ignore_errors=True)  # the stack's data: hundreds of MB a run
+    with scratch_data_dir("mesh-blackbox-") as work:
+        try:
+            measured = await _measure(args, work)
+        finally:
+            if args.keep:
+                print(f"blackbox: kept {work}", file=sys.stderr)
+            else:
+                shutil.rmtree(work, ignore_errors=True)  # the stack's data: hundreds of MB a run
     facts["load average at end (1/5/15 min)"] = " / ".join(f"{x:.2f}" for x in os.getloadavg())
     facts["bench duration"] = f"{time.monotonic() - started:.0f} s"
     text = render(facts, args, *measured)

@@ -15,7 +15,6 @@ import platform
 import resource
 import shutil
 import subprocess
-import tempfile
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +27,7 @@ from app.platform.settings import Settings
 from bench.counters import PG_SETTINGS, tracking_off
 from bench.cpu import LOAD_CLIENT, CpuMeter
 from devstack.bus import KafkaPolicy, NatsPolicy, wants_nats
+from devstack.leftovers import scratch_data_dir
 from devstack.process import free_port
 from devstack.stack import Ports, Stack
 from tests.support.procs import REPO, MeshProcess
@@ -154,35 +154,35 @@ async def started(keep: bool = False, bus: str = "kafka") -> AsyncIterator[Env]:
     """The bench's services and settings; ``bus`` is the one every mesh process uses
     (``kafka``: Kafka when Java can run it, else Redis Streams). With another bus no
     broker is started: an idle JVM beside the run would be counted as the stack's."""
-    root = Path(tempfile.mkdtemp(prefix="mesh-bench-"))
-    env_without_urls = {k: v for k, v in os.environ.items()
-                        if k not in ("MESH_DATABASE_URL", "MESH_REDIS_URL", "MESH_KAFKA_BOOTSTRAP",
-                                     "MESH_NATS_URL", "MESH_BUS")}
-    # pg_stat_statements preloaded but not tracking, and a JMX port on the broker:
-    # the profile scenario's counters (bench.counters; ADR 024). Both cost nothing
-    # until that scenario turns tracking on / reads the counters.
-    jmx = free_port()
-    kafka = KafkaPolicy.IF_JAVA if bus == "kafka" else KafkaPolicy.OFF
-    if bus != "kafka":
-        env_without_urls["MESH_BUS"] = bus  # a missing nats-server is then an error naming it
-    nats = NatsPolicy.REQUIRED if wants_nats(env_without_urls) else NatsPolicy.IF_AVAILABLE
-    stack = Stack(root, Ports.ephemeral(), kafka_policy=kafka, nats_policy=nats,
-                  env=env_without_urls, postgres_settings=PG_SETTINGS, kafka_jmx_port=jmx)
-    urls = stack.start()
-    settings = bench_settings(urls)
-    if bus != "kafka":
-        settings = Settings(**(settings.model_dump() | {"bus": bus}))
-    env = Env(root, stack, settings, kafka_jmx_port=jmx if stack.kafka else None)
-    try:
-        await ensure_database(env.settings.database_url)
-        await migrate(env.settings.database_url)
-        await tracking_off(env.settings.database_url)
-        yield env
-    finally:
-        for proc in list(env.procs):
-            proc.stop_quietly()
-        stack.stop()
-        if not keep:
-            shutil.rmtree(root, ignore_errors=True)
-            for log in env.logs:
-                log.unlink(missing_ok=True)
+    with scratch_data_dir("mesh-bench-") as root:
+        env_without_urls = {k: v for k, v in os.environ.items()
+                            if k not in ("MESH_DATABASE_URL", "MESH_REDIS_URL", "MESH_KAFKA_BOOTSTRAP",
+                                         "MESH_NATS_URL", "MESH_BUS")}
+        # pg_stat_statements preloaded but not tracking, and a JMX port on the broker:
+        # the profile scenario's counters (bench.counters; ADR 024). Both cost nothing
+        # until that scenario turns tracking on / reads the counters.
+        jmx = free_port()
+        kafka = KafkaPolicy.IF_JAVA if bus == "kafka" else KafkaPolicy.OFF
+        if bus != "kafka":
+            env_without_urls["MESH_BUS"] = bus  # a missing nats-server is then an error naming it
+        nats = NatsPolicy.REQUIRED if wants_nats(env_without_urls) else NatsPolicy.IF_AVAILABLE
+        stack = Stack(root, Ports.ephemeral(), kafka_policy=kafka, nats_policy=nats,
+                      env=env_without_urls, postgres_settings=PG_SETTINGS, kafka_jmx_port=jmx)
+        urls = stack.start()
+        settings = bench_settings(urls)
+        if bus != "kafka":
+            settings = Settings(**(settings.model_dump() | {"bus": bus}))
+        env = Env(root, stack, settings, kafka_jmx_port=jmx if stack.kafka else None)
+        try:
+            await ensure_database(env.settings.database_url)
+            await migrate(env.settings.database_url)
+            await tracking_off(env.settings.database_url)
+            yield env
+        finally:
+            for proc in list(env.procs):
+                proc.stop_quietly()
+            stack.stop()
+            if not keep:
+                shutil.rmtree(root, ignore_errors=True)
+                for log in env.logs:
+                    log.unlink(missing_ok=True)

@@ -10,10 +10,8 @@ error, never a silent skip (``devstack.bus.KafkaPolicy``, ``NatsPolicy``).
 from __future__ import annotations
 
 import os
-import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 
 import asyncpg
 import pytest
@@ -22,6 +20,7 @@ import redis.asyncio as aioredis
 from app.platform.migrate import ensure_database, migrate
 from app.platform.settings import Settings
 from devstack.bus import KafkaPolicy, NatsPolicy
+from devstack.leftovers import scratch_data_dir
 from devstack.stack import Ports, Stack
 from tests.support import procs
 from tests.support.meshapi import MeshFactory
@@ -31,19 +30,21 @@ from tests.support.pipeline import Pipeline, run_pipeline
 @pytest.fixture(scope="session")
 def stack() -> Iterator[Stack]:
     """The session's services, in a temporary folder that is removed at the end
-    (with the mesh processes' logs, see ``tests.support.procs.LOG_DIR``)."""
-    root = Path(tempfile.mkdtemp(prefix="mesh-test-"))
-    ci = os.environ.get("CI") == "true"
-    s = Stack(root, Ports.ephemeral(), kafka_policy=KafkaPolicy.for_tests(ci=ci),
-              nats_policy=NatsPolicy.for_tests(ci=ci))
-    procs.LOG_DIR = root / "logs"
-    procs.LOG_DIR.mkdir()
-    try:
-        s.start()
-        yield s
-    finally:
-        procs.LOG_DIR = None
-        s.discard()
+    (with the mesh processes' logs, see ``tests.support.procs.LOG_DIR``). A session
+    killed before that leaves its folder locked by nobody: the next session stops
+    its services and removes it (``devstack.leftovers.scratch_data_dir``)."""
+    with scratch_data_dir("mesh-test-") as root:
+        ci = os.environ.get("CI") == "true"
+        s = Stack(root, Ports.ephemeral(), kafka_policy=KafkaPolicy.for_tests(ci=ci),
+                  nats_policy=NatsPolicy.for_tests(ci=ci))
+        procs.LOG_DIR = root / "logs"
+        procs.LOG_DIR.mkdir()
+        try:
+            s.start()
+            yield s
+        finally:
+            procs.LOG_DIR = None
+            s.discard()
 
 
 @pytest.fixture(scope="session")
