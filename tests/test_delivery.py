@@ -57,25 +57,28 @@ async def test_relay_backs_off_then_dead_letters_when_the_bus_is_unreachable(
     async with opened(settings, bus_options=BusOptions(publish_timeout=0.5, connect_timeout=2)
                       ) as rt:
         relay = await relay_worker.build(rt)  # not started: this test drives its batches
-        bus_redis.stop()
-        row_id = await db.fetchval(
-            "INSERT INTO outbox_events (topic, key, payload) VALUES ($1, 'x@y', '{\"seq\": 1}') "
-            "RETURNING id", settings.bus_topic)
-        seen_gaps = []
-        for attempt in range(1, 4):
-            await until(lambda: db.fetchval(
-                "SELECT next_attempt_at <= now() FROM outbox_events WHERE id = $1", row_id))
-            assert await relay.relay_batch() == 1
-            row = await db.fetchrow("SELECT status, attempts, last_error, "
-                                    "EXTRACT(EPOCH FROM next_attempt_at - now()) AS gap "
-                                    "FROM outbox_events WHERE id = $1", row_id)
-            assert row["attempts"] == attempt
-            assert "BusUnavailable" in row["last_error"]
-            seen_gaps.append(row["gap"])
-            assert row["status"] == ("failed" if attempt == 3 else "pending")
-        # base·2^(attempts-1): 0.05, 0.1 → strictly growing backoff
-        assert seen_gaps[1] > seen_gaps[0]
-        assert await relay.relay_batch() == 0  # dead letters are not claimed again
+        try:
+            bus_redis.stop()
+            row_id = await db.fetchval(
+                "INSERT INTO outbox_events (topic, key, payload) VALUES ($1, 'x@y', '{\"seq\": 1}') "
+                "RETURNING id", settings.bus_topic)
+            seen_gaps = []
+            for attempt in range(1, 4):
+                await until(lambda: db.fetchval(
+                    "SELECT next_attempt_at <= now() FROM outbox_events WHERE id = $1", row_id))
+                assert await relay.relay_batch() == 1
+                row = await db.fetchrow("SELECT status, attempts, last_error, "
+                                        "EXTRACT(EPOCH FROM next_attempt_at - now()) AS gap "
+                                        "FROM outbox_events WHERE id = $1", row_id)
+                assert row["attempts"] == attempt
+                assert "BusUnavailable" in row["last_error"]
+                seen_gaps.append(row["gap"])
+                assert row["status"] == ("failed" if attempt == 3 else "pending")
+            # base·2^(attempts-1): 0.05, 0.1 → strictly growing backoff
+            assert seen_gaps[1] > seen_gaps[0]
+            assert await relay.relay_batch() == 0  # dead letters are not claimed again
+        finally:
+            await relay.stop()  # closes its claim connection
 
 
 async def test_competing_relays_publish_each_row_once(migrated: Settings, db, uniq: str) -> None:
@@ -90,6 +93,8 @@ async def test_competing_relays_publish_each_row_once(migrated: Settings, db, un
         # publisher), driven by hand; and a bare subscriber to count the bus.
         rts = [await stack.enter_async_context(opened(settings)) for _ in range(2)]
         relays = [await relay_worker.build(rt) for rt in rts]
+        for relay in relays:
+            stack.push_async_callback(relay.stop)  # closes its claim connection
         subscriber = await rts[0].subscriber(settings.push_group, "count")
         totals = await asyncio.gather(*(r.drain() for r in relays))
         assert sum(totals) == n

@@ -63,16 +63,20 @@ async def test_the_claim_is_planned_once_per_connection(migrated: Settings, db,
     every batch; the claim's transaction asks for the one generic plan, which is
     the ordered walk of the pending index the test above checks."""
     settings = isolated(migrated, uniq)
-    pool = await create_pool(settings, min_size=1, max_size=1)  # one connection
+    pool = await create_pool(settings, min_size=1, max_size=1)
     try:
         async with opened(settings) as rt:
             relay = relay_worker.Relay(settings, pool, await rt.publisher())
-            for n in (1, 3, 2, 5):
-                await insert_rows(db, settings.bus_topic, n, 2)
-                assert await relay.relay_batch() == n
-            plans = await pool.fetchrow(
-                "SELECT generic_plans, custom_plans FROM pg_prepared_statements "
-                "WHERE statement = $1", outbox_store.CLAIM_SQL)
+            try:
+                for n in (1, 3, 2, 5):
+                    await insert_rows(db, settings.bus_topic, n, 2)
+                    assert await relay.relay_batch() == n
+                assert relay.claim_connection is not None
+                plans = await relay.claim_connection.fetchrow(
+                    "SELECT generic_plans, custom_plans FROM pg_prepared_statements "
+                    "WHERE statement = $1", outbox_store.CLAIM_SQL)
+            finally:
+                await relay.stop()
         assert plans is not None
         assert (plans["generic_plans"], plans["custom_plans"]) == (4, 0)
     finally:
@@ -80,36 +84,86 @@ async def test_the_claim_is_planned_once_per_connection(migrated: Settings, db,
         await db.execute("DELETE FROM outbox_events WHERE topic = $1", settings.bus_topic)
 
 
-async def test_a_batch_is_three_round_trips_and_its_marks_are_committed(
+async def test_a_batch_is_two_round_trips_and_its_marks_are_committed(
         migrated: Settings, db, uniq: str) -> None:
-    """At a trickle every event pays a whole claim (ADR 027): the BEGIN with the
-    claim's settings, the claim, the sent mark with the COMMIT — and the marks
-    must be committed, not left in a transaction the pool rolls back."""
+    """At a trickle every event pays a whole claim (ADR 027): the claim, then the
+    sent mark with the COMMIT and the next claim's BEGIN with its settings (ADR 062)
+    — and the marks must be committed, not left in the transaction begun after them."""
     settings = isolated(migrated, uniq)
     pool = await create_pool(settings, min_size=1, max_size=1)
     sent: list[str] = []
-    async with pool.acquire() as conn:
-        conn.add_query_logger(lambda q: sent.append(" ".join(q.query.split())))
     try:
         async with opened(settings) as rt:
             relay = relay_worker.Relay(settings, pool, await rt.publisher())
-            # A first batch prepares the statements (asyncpg's type introspection).
-            await insert_rows(db, settings.bus_topic, 1, 1)
-            assert await relay.relay_batch() == 1
-            await insert_rows(db, settings.bus_topic, 3, 2)
-            sent.clear()
-            assert await relay.relay_batch() == 3
-            assert len(sent) == 3, sent
-            assert sent[0].startswith("BEGIN;") and sent[-1].endswith("; COMMIT"), sent
-            sent.clear()
-            assert await relay.relay_batch() == 0  # nothing due: BEGIN, claim, ROLLBACK
-            assert len(sent) == 3, sent
+            try:
+                # A first batch connects, begins and prepares (asyncpg's type introspection).
+                await insert_rows(db, settings.bus_topic, 1, 1)
+                assert await relay.relay_batch() == 1
+                assert relay.claim_connection is not None
+                relay.claim_connection.add_query_logger(
+                    lambda q: sent.append(" ".join(q.query.split())))
+                await insert_rows(db, settings.bus_topic, 3, 2)
+                assert await relay.relay_batch() == 3
+                await asyncio.sleep(0)  # asyncpg calls its query loggers with call_soon
+                assert len(sent) == 2, sent
+                assert sent[0].startswith("SELECT o.id"), sent
+                assert sent[1].startswith("SELECT outbox_mark_sent("), sent
+                assert "; COMMIT; BEGIN;" in sent[1], sent
+                sent.clear()
+                assert await relay.relay_batch() == 0  # nothing due: the claim, ROLLBACK; BEGIN
+                await asyncio.sleep(0)
+                assert len(sent) == 2 and sent[1].startswith("ROLLBACK; BEGIN;"), sent
+            finally:
+                await relay.stop()
     finally:
         await pool.close()
     rows = await db.fetch("SELECT status, sent_at IS NOT NULL AS dated FROM outbox_events "
                           "WHERE topic = $1", settings.bus_topic)
     assert [(r["status"], r["dated"]) for r in rows] == [("sent", True)] * 4
     await db.execute("DELETE FROM outbox_events WHERE topic = $1", settings.bus_topic)
+
+
+async def test_between_batches_the_begun_transaction_holds_nothing_and_ages_nothing(
+        migrated: Settings, db, uniq: str) -> None:
+    """The relay's own connection waits with its next claim's transaction begun:
+    it must hold no transaction id or snapshot (VACUUM waits for neither), and what
+    the claim compares and writes is its statements' time, not the BEGIN's — a row
+    that comes due after the BEGIN is claimed, and dated after it was written."""
+    settings = isolated(migrated, uniq)
+    pool = await create_pool(settings, min_size=1, max_size=2)
+    try:
+        async with opened(settings) as rt:
+            relay = relay_worker.Relay(settings, pool, await rt.publisher())
+            try:
+                await insert_rows(db, settings.bus_topic, 1, 1)
+                assert await relay.relay_batch() == 1
+                assert relay.claim_connection is not None
+                pid = relay.claim_connection.get_server_pid()
+                waiting = await db.fetchrow(
+                    "SELECT state, backend_xid, backend_xmin, xact_start, application_name "
+                    "FROM pg_stat_activity WHERE pid = $1", pid)
+                assert waiting is not None
+                assert (waiting["state"], waiting["backend_xid"], waiting["backend_xmin"]) == (
+                    "idle in transaction", None, None)
+                assert waiting["application_name"] == relay_worker.CLAIMS_APPLICATION_NAME
+                # Due after the waiting transaction began (and written after it).
+                written = await db.fetchval(
+                    "INSERT INTO outbox_events (topic, key, payload, next_attempt_at) "
+                    "VALUES ($1, 'k', '{}', clock_timestamp()) RETURNING next_attempt_at",
+                    settings.bus_topic)
+                assert written > waiting["xact_start"]
+                assert await relay.relay_batch() == 1
+                sent_at = await db.fetchval(
+                    "SELECT sent_at FROM outbox_events WHERE topic = $1 AND key = 'k'",
+                    settings.bus_topic)
+                assert sent_at > written
+            finally:
+                await relay.stop()
+        gone = await db.fetchval("SELECT count(*) FROM pg_stat_activity WHERE pid = $1", pid)
+        assert gone == 0  # stop closes the connection, and the begun transaction with it
+    finally:
+        await pool.close()
+        await db.execute("DELETE FROM outbox_events WHERE topic = $1", settings.bus_topic)
 
 
 async def test_overlapping_batches_publish_every_row_once_in_order_per_key(

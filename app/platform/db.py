@@ -15,8 +15,11 @@ async def _init_connection(conn: asyncpg.Connection) -> None:
                                   schema="pg_catalog")
 
 
-async def connect(url: str) -> asyncpg.Connection:
-    conn = await asyncpg.connect(url)
+async def connect(url: str, application_name: str | None = None) -> asyncpg.Connection:
+    """A connection of its own, set up as the pool's are; ``application_name``
+    names it in ``pg_stat_activity``."""
+    settings = {"application_name": application_name} if application_name else None
+    conn = await asyncpg.connect(url, server_settings=settings)
     await _init_connection(conn)
     return conn
 

@@ -23,13 +23,13 @@ SELECT o.id, o.key, o.payload::text AS raw, o.attempts, o.payload ? 'event_id' A
        e.payload, e.traceparent
 FROM outbox_events o
 LEFT JOIN inbox_events e ON e.event_id = o.payload->>'event_id'
-WHERE o.status = 'pending' AND o.next_attempt_at <= now() AND o.topic = $2
+WHERE o.status = 'pending' AND o.next_attempt_at <= statement_timestamp() AND o.topic = $2
 ORDER BY o.id LIMIT $1
 FOR UPDATE OF o SKIP LOCKED
 """
 
 
-# A claim's transaction opens with three settings:
+# A claim's transaction opens with four settings:
 # * a "sent" mark lost in a crash only means the rows are published again, which
 #   the push fan-out drops by seq: no need to wait for the WAL flush of every batch;
 # * the claim must walk outbox_pending_idx in id order and stop after ``limit``
@@ -44,22 +44,35 @@ FOR UPDATE OF o SKIP LOCKED
 #   batch. Their generic plans are the ones above (the ordered pending index, the
 #   primary key) and cost ~0.03 ms less Postgres CPU per batch
 #   (bench/results/2026-12-06-wake-ups-fillfactor-plans.md).
+# * a relay's own connection waits between batches with the next claim's
+#   transaction begun (below), which an operator's idle_in_transaction_session_timeout
+#   must not end. It holds no lock, no transaction id and no snapshot while it
+#   waits (each statement takes its own), so it keeps nothing from VACUUM.
 #
 # At a trickle every batch pays its whole transaction (ADR 027): the BEGIN and
 # the settings share one simple-query round trip, and the sent mark shares the
-# COMMIT's (commit_sent), so a batch costs three round trips: BEGIN, claim, mark
-# and COMMIT. The mark there is a call of outbox_mark_sent (PL/pgSQL keeps the
-# UPDATE prepared, and the third setting its one plan), not the UPDATE itself,
-# which would be parsed and planned anew for every batch.
+# COMMIT's (commit_sent), which can also begin the next claim's transaction
+# (``begin_next``: ADR 062), so a batch costs two round trips: the claim, then
+# the mark with the COMMIT and the next BEGIN. The mark there is a call of
+# outbox_mark_sent (PL/pgSQL keeps the UPDATE prepared, and the third setting its
+# one plan), not the UPDATE itself, which would be parsed and planned anew for
+# every batch. Since a transaction may begin long before its claim, the times the
+# claim compares and writes are its statements' (statement_timestamp()), not the
+# transaction's start (now()).
 CLAIM_BEGIN_SQL = ("BEGIN; SET LOCAL synchronous_commit = off; "
                    "SET LOCAL enable_bitmapscan = off; "
-                   "SET LOCAL plan_cache_mode = force_generic_plan")
+                   "SET LOCAL plan_cache_mode = force_generic_plan; "
+                   "SET LOCAL idle_in_transaction_session_timeout = 0")
 
 
 async def begin_claim(conn: asyncpg.Connection) -> None:
     """Open the claim's transaction on ``conn``; end it with :func:`commit_sent`
     or :func:`rollback`."""
     await conn.execute(CLAIM_BEGIN_SQL)
+
+
+def _then_begin(sql: str, begin_next: bool) -> str:
+    return f"{sql}; {CLAIM_BEGIN_SQL}" if begin_next else sql
 
 
 async def claim(conn: asyncpg.Connection, limit: int, topic: str) -> list[asyncpg.Record]:
@@ -75,13 +88,15 @@ def _sent_sql(ids: Sequence[int]) -> str:
     return f"SELECT outbox_mark_sent('{{{','.join(str(int(i)) for i in ids)}}}'); COMMIT"
 
 
-async def commit_sent(conn: asyncpg.Connection, ids: Sequence[int]) -> None:
-    """Mark ``ids`` sent and commit the claim's transaction, in one round trip."""
-    await conn.execute(_sent_sql(ids))
+async def commit_sent(conn: asyncpg.Connection, ids: Sequence[int], *,
+                      begin_next: bool = False) -> None:
+    """Mark ``ids`` sent and commit the claim's transaction, in one round trip;
+    with ``begin_next`` the next claim's transaction is begun in it too."""
+    await conn.execute(_then_begin(_sent_sql(ids), begin_next))
 
 
-async def rollback(conn: asyncpg.Connection) -> None:
-    await conn.execute("ROLLBACK")
+async def rollback(conn: asyncpg.Connection, *, begin_next: bool = False) -> None:
+    await conn.execute(_then_begin("ROLLBACK", begin_next))
 
 
 def bus_value(row: asyncpg.Record) -> bytes | None:
@@ -107,7 +122,7 @@ async def mark_failed_attempts(conn: asyncpg.Connection, ids: Sequence[int], err
             attempts = o.attempts + 1,
             last_error = f.error,
             status = CASE WHEN f.dead THEN 'failed' ELSE 'pending' END,
-            next_attempt_at = now() + make_interval(secs => $4 * power(2, o.attempts))
+            next_attempt_at = statement_timestamp() + make_interval(secs => $4 * power(2, o.attempts))
         FROM unnest($1::bigint[], $2::text[], $3::bool[]) AS f(id, error, dead)
         WHERE o.id = f.id
         """, list(ids), list(errors), list(dead), base_seconds)

@@ -53,7 +53,11 @@ async def relay_pending(settings: Settings, **options: Any) -> int:
     builds it and bus options ``options`` (e.g. ``max_record_bytes=4096``: larger
     events become real dead letters)."""
     async with opened(settings, bus_options=bus_options(settings, **options)) as rt:
-        return await (await relay_worker.build(rt)).drain()
+        relay = await relay_worker.build(rt)
+        try:
+            return await relay.drain()
+        finally:
+            await relay.stop()  # closes its claim connection
 
 
 @contextlib.asynccontextmanager
