@@ -16,11 +16,10 @@ from httpx_sse import aconnect_sse
 from app.platform.settings import Settings
 from devstack.process import free_port
 from devstack.redis import Redis as RedisServer
+from tests.support.isolated import driven_relay
 from tests.support.meshapi import MeshFactory
 from tests.support.pipeline import run_pipeline
-from workers import relay as relay_worker
 from workers.bus import BusOptions
-from workers.runtime import opened
 
 
 def isolated(settings: Settings, uniq: str, **extra: object) -> Settings:
@@ -54,31 +53,27 @@ async def test_relay_backs_off_then_dead_letters_when_the_bus_is_unreachable(
     bus_redis.start()
     settings = isolated(migrated, uniq, bus="redis", redis_url=bus_redis.url,
                         relay_retry_base_seconds=0.05, relay_max_attempts=3)
-    async with opened(settings, bus_options=BusOptions(publish_timeout=0.5, connect_timeout=2)
-                      ) as rt:
-        relay = await relay_worker.build(rt)  # not started: this test drives its batches
-        try:
-            bus_redis.stop()
-            row_id = await db.fetchval(
-                "INSERT INTO outbox_events (topic, key, payload) VALUES ($1, 'x@y', '{\"seq\": 1}') "
-                "RETURNING id", settings.bus_topic)
-            seen_gaps = []
-            for attempt in range(1, 4):
-                await until(lambda: db.fetchval(
-                    "SELECT next_attempt_at <= now() FROM outbox_events WHERE id = $1", row_id))
-                assert await relay.relay_batch() == 1
-                row = await db.fetchrow("SELECT status, attempts, last_error, "
-                                        "EXTRACT(EPOCH FROM next_attempt_at - now()) AS gap "
-                                        "FROM outbox_events WHERE id = $1", row_id)
-                assert row["attempts"] == attempt
-                assert "BusUnavailable" in row["last_error"]
-                seen_gaps.append(row["gap"])
-                assert row["status"] == ("failed" if attempt == 3 else "pending")
-            # base·2^(attempts-1): 0.05, 0.1 → strictly growing backoff
-            assert seen_gaps[1] > seen_gaps[0]
-            assert await relay.relay_batch() == 0  # dead letters are not claimed again
-        finally:
-            await relay.stop()  # closes its claim connection
+    async with driven_relay(settings, BusOptions(publish_timeout=0.5, connect_timeout=2)
+                            ) as (relay, _):  # not started: this test drives its batches
+        bus_redis.stop()
+        row_id = await db.fetchval(
+            "INSERT INTO outbox_events (topic, key, payload) VALUES ($1, 'x@y', '{\"seq\": 1}') "
+            "RETURNING id", settings.bus_topic)
+        seen_gaps = []
+        for attempt in range(1, 4):
+            await until(lambda: db.fetchval(
+                "SELECT next_attempt_at <= now() FROM outbox_events WHERE id = $1", row_id))
+            assert await relay.relay_batch() == 1
+            row = await db.fetchrow("SELECT status, attempts, last_error, "
+                                    "EXTRACT(EPOCH FROM next_attempt_at - now()) AS gap "
+                                    "FROM outbox_events WHERE id = $1", row_id)
+            assert row["attempts"] == attempt
+            assert "BusUnavailable" in row["last_error"]
+            seen_gaps.append(row["gap"])
+            assert row["status"] == ("failed" if attempt == 3 else "pending")
+        # base·2^(attempts-1): 0.05, 0.1 → strictly growing backoff
+        assert seen_gaps[1] > seen_gaps[0]
+        assert await relay.relay_batch() == 0  # dead letters are not claimed again
 
 
 async def test_competing_relays_publish_each_row_once(migrated: Settings, db, uniq: str) -> None:
@@ -91,10 +86,8 @@ async def test_competing_relays_publish_each_row_once(migrated: Settings, db, un
     async with contextlib.AsyncExitStack() as stack:
         # Two relays as two outbox processes build them (each its own pool and
         # publisher), driven by hand; and a bare subscriber to count the bus.
-        rts = [await stack.enter_async_context(opened(settings)) for _ in range(2)]
-        relays = [await relay_worker.build(rt) for rt in rts]
-        for relay in relays:
-            stack.push_async_callback(relay.stop)  # closes its claim connection
+        relays, rts = zip(*[await stack.enter_async_context(driven_relay(settings))
+                            for _ in range(2)], strict=True)
         subscriber = await rts[0].subscriber(settings.push_group, "count")
         totals = await asyncio.gather(*(r.drain() for r in relays))
         assert sum(totals) == n

@@ -20,7 +20,13 @@ from app.store import outbox as outbox_store
 from app.store.events import WAKEUP_CHANNEL, relay_wakeup_message
 from devstack.process import free_port
 from devstack.redis import Redis as RedisServer
-from tests.support.isolated import bus_options, isolated_settings, outbox_counts, wait_until
+from tests.support.isolated import (
+    bus_options,
+    driven_relay,
+    isolated_settings,
+    outbox_counts,
+    wait_until,
+)
 from workers import relay as relay_worker
 from workers.bus import BusOptions
 from workers.runtime import opened
@@ -63,24 +69,18 @@ async def test_the_claim_is_planned_once_per_connection(migrated: Settings, db,
     every batch; the claim's transaction asks for the one generic plan, which is
     the ordered walk of the pending index the test above checks."""
     settings = isolated(migrated, uniq)
-    pool = await create_pool(settings, min_size=1, max_size=1)
     try:
-        async with opened(settings) as rt:
-            relay = relay_worker.Relay(settings, pool, await rt.publisher())
-            try:
-                for n in (1, 3, 2, 5):
-                    await insert_rows(db, settings.bus_topic, n, 2)
-                    assert await relay.relay_batch() == n
-                assert relay.claim_connection is not None
-                plans = await relay.claim_connection.fetchrow(
-                    "SELECT generic_plans, custom_plans FROM pg_prepared_statements "
-                    "WHERE statement = $1", outbox_store.CLAIM_SQL)
-            finally:
-                await relay.stop()
+        async with driven_relay(settings) as (relay, _):
+            for n in (1, 3, 2, 5):
+                await insert_rows(db, settings.bus_topic, n, 2)
+                assert await relay.relay_batch() == n
+            assert relay.claim_connection is not None
+            plans = await relay.claim_connection.fetchrow(
+                "SELECT generic_plans, custom_plans FROM pg_prepared_statements "
+                "WHERE statement = $1", outbox_store.CLAIM_SQL)
         assert plans is not None
         assert (plans["generic_plans"], plans["custom_plans"]) == (4, 0)
     finally:
-        await pool.close()
         await db.execute("DELETE FROM outbox_events WHERE topic = $1", settings.bus_topic)
 
 
@@ -90,33 +90,24 @@ async def test_a_batch_is_two_round_trips_and_its_marks_are_committed(
     sent mark with the COMMIT and the next claim's BEGIN with its settings (ADR 062)
     — and the marks must be committed, not left in the transaction begun after them."""
     settings = isolated(migrated, uniq)
-    pool = await create_pool(settings, min_size=1, max_size=1)
     sent: list[str] = []
-    try:
-        async with opened(settings) as rt:
-            relay = relay_worker.Relay(settings, pool, await rt.publisher())
-            try:
-                # A first batch connects, begins and prepares (asyncpg's type introspection).
-                await insert_rows(db, settings.bus_topic, 1, 1)
-                assert await relay.relay_batch() == 1
-                assert relay.claim_connection is not None
-                relay.claim_connection.add_query_logger(
-                    lambda q: sent.append(" ".join(q.query.split())))
-                await insert_rows(db, settings.bus_topic, 3, 2)
-                assert await relay.relay_batch() == 3
-                await asyncio.sleep(0)  # asyncpg calls its query loggers with call_soon
-                assert len(sent) == 2, sent
-                assert sent[0].startswith("SELECT o.id"), sent
-                assert sent[1].startswith("SELECT outbox_mark_sent("), sent
-                assert "; COMMIT; BEGIN;" in sent[1], sent
-                sent.clear()
-                assert await relay.relay_batch() == 0  # nothing due: the claim, ROLLBACK; BEGIN
-                await asyncio.sleep(0)
-                assert len(sent) == 2 and sent[1].startswith("ROLLBACK; BEGIN;"), sent
-            finally:
-                await relay.stop()
-    finally:
-        await pool.close()
+    async with driven_relay(settings) as (relay, _):
+        # A first batch connects, begins and prepares (asyncpg's type introspection).
+        await insert_rows(db, settings.bus_topic, 1, 1)
+        assert await relay.relay_batch() == 1
+        assert relay.claim_connection is not None
+        relay.claim_connection.add_query_logger(lambda q: sent.append(" ".join(q.query.split())))
+        await insert_rows(db, settings.bus_topic, 3, 2)
+        assert await relay.relay_batch() == 3
+        await asyncio.sleep(0)  # asyncpg calls its query loggers with call_soon
+        assert len(sent) == 2, sent
+        assert sent[0].startswith("SELECT o.id"), sent
+        assert sent[1].startswith("SELECT outbox_mark_sent("), sent
+        assert "; COMMIT; BEGIN;" in sent[1], sent
+        sent.clear()
+        assert await relay.relay_batch() == 0  # nothing due: the claim, ROLLBACK; BEGIN
+        await asyncio.sleep(0)
+        assert len(sent) == 2 and sent[1].startswith("ROLLBACK; BEGIN;"), sent
     rows = await db.fetch("SELECT status, sent_at IS NOT NULL AS dated FROM outbox_events "
                           "WHERE topic = $1", settings.bus_topic)
     assert [(r["status"], r["dated"]) for r in rows] == [("sent", True)] * 4
@@ -130,39 +121,33 @@ async def test_between_batches_the_begun_transaction_holds_nothing_and_ages_noth
     the claim compares and writes is its statements' time, not the BEGIN's — a row
     that comes due after the BEGIN is claimed, and dated after it was written."""
     settings = isolated(migrated, uniq)
-    pool = await create_pool(settings, min_size=1, max_size=2)
     try:
-        async with opened(settings) as rt:
-            relay = relay_worker.Relay(settings, pool, await rt.publisher())
-            try:
-                await insert_rows(db, settings.bus_topic, 1, 1)
-                assert await relay.relay_batch() == 1
-                assert relay.claim_connection is not None
-                pid = relay.claim_connection.get_server_pid()
-                waiting = await db.fetchrow(
-                    "SELECT state, backend_xid, backend_xmin, xact_start, application_name "
-                    "FROM pg_stat_activity WHERE pid = $1", pid)
-                assert waiting is not None
-                assert (waiting["state"], waiting["backend_xid"], waiting["backend_xmin"]) == (
-                    "idle in transaction", None, None)
-                assert waiting["application_name"] == relay_worker.CLAIMS_APPLICATION_NAME
-                # Due after the waiting transaction began (and written after it).
-                written = await db.fetchval(
-                    "INSERT INTO outbox_events (topic, key, payload, next_attempt_at) "
-                    "VALUES ($1, 'k', '{}', clock_timestamp()) RETURNING next_attempt_at",
-                    settings.bus_topic)
-                assert written > waiting["xact_start"]
-                assert await relay.relay_batch() == 1
-                sent_at = await db.fetchval(
-                    "SELECT sent_at FROM outbox_events WHERE topic = $1 AND key = 'k'",
-                    settings.bus_topic)
-                assert sent_at > written
-            finally:
-                await relay.stop()
+        async with driven_relay(settings) as (relay, _):
+            await insert_rows(db, settings.bus_topic, 1, 1)
+            assert await relay.relay_batch() == 1
+            assert relay.claim_connection is not None
+            pid = relay.claim_connection.get_server_pid()
+            waiting = await db.fetchrow(
+                "SELECT state, backend_xid, backend_xmin, xact_start, application_name "
+                "FROM pg_stat_activity WHERE pid = $1", pid)
+            assert waiting is not None
+            assert (waiting["state"], waiting["backend_xid"], waiting["backend_xmin"]) == (
+                "idle in transaction", None, None)
+            assert waiting["application_name"] == relay_worker.CLAIMS_APPLICATION_NAME
+            # Due after the waiting transaction began (and written after it).
+            written = await db.fetchval(
+                "INSERT INTO outbox_events (topic, key, payload, next_attempt_at) "
+                "VALUES ($1, 'k', '{}', clock_timestamp()) RETURNING next_attempt_at",
+                settings.bus_topic)
+            assert written > waiting["xact_start"]
+            assert await relay.relay_batch() == 1
+            sent_at = await db.fetchval(
+                "SELECT sent_at FROM outbox_events WHERE topic = $1 AND key = 'k'",
+                settings.bus_topic)
+            assert sent_at > written
         gone = await db.fetchval("SELECT count(*) FROM pg_stat_activity WHERE pid = $1", pid)
         assert gone == 0  # stop closes the connection, and the begun transaction with it
     finally:
-        await pool.close()
         await db.execute("DELETE FROM outbox_events WHERE topic = $1", settings.bus_topic)
 
 
@@ -171,8 +156,7 @@ async def test_overlapping_batches_publish_every_row_once_in_order_per_key(
     settings = isolated(migrated, uniq, relay_batch_size=40)
     n = 1000
     await insert_rows(db, settings.bus_topic, n, 7)
-    async with opened(settings) as rt:
-        relay = await relay_worker.build(rt)
+    async with driven_relay(settings) as (relay, rt):
         subscriber = await rt.subscriber(settings.push_group, "count")
         assert await relay.drain() == n
         assert relay.batches == n // 40
@@ -204,9 +188,8 @@ async def test_a_batch_claimed_ahead_is_given_back_when_the_bus_refuses(
                         relay_batch_size=10, relay_retry_base_seconds=60.0)
     await insert_rows(db, settings.bus_topic, 30, 3)
     try:
-        async with opened(settings, bus_options=BusOptions(publish_timeout=0.5,
-                                                           connect_timeout=2)) as rt:
-            relay = await relay_worker.build(rt)
+        async with driven_relay(settings, BusOptions(publish_timeout=0.5, connect_timeout=2)
+                                ) as (relay, _):
             bus_redis.stop()
             assert await relay.drain() == 10
             assert not relay.bus_healthy

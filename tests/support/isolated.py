@@ -25,7 +25,7 @@ from app.platform.migrate import ensure_database, migrate
 from app.platform.settings import Settings
 from workers import relay as relay_worker
 from workers.bus import BusOptions, Publisher
-from workers.runtime import opened
+from workers.runtime import Runtime, opened
 
 # Test timeouts: quick to notice a dead broker, patient while Kafka creates a topic.
 TEST_BUS = {"publish_timeout": 5.0, "connect_timeout": 20.0, "claim_idle": 5.0,
@@ -48,16 +48,26 @@ def bus_options(settings: Settings, **overrides: Any) -> BusOptions:
     return BusOptions.from_settings(settings, **(TEST_BUS | overrides))
 
 
+@contextlib.asynccontextmanager
+async def driven_relay(settings: Settings, bus: BusOptions | None = None
+                       ) -> AsyncIterator[tuple[relay_worker.Relay, Runtime]]:
+    """A relay built as the ``outbox`` process builds it, with its runtime, not
+    started: the test drives its batches. Stopped at the end, which closes its
+    claim connection."""
+    async with opened(settings, bus_options=bus) as rt:
+        relay = await relay_worker.build(rt)
+        try:
+            yield relay, rt
+        finally:
+            await relay.stop()
+
+
 async def relay_pending(settings: Settings, **options: Any) -> int:
     """Relay every due pending row once, with a relay built as the ``outbox`` process
     builds it and bus options ``options`` (e.g. ``max_record_bytes=4096``: larger
     events become real dead letters)."""
-    async with opened(settings, bus_options=bus_options(settings, **options)) as rt:
-        relay = await relay_worker.build(rt)
-        try:
-            return await relay.drain()
-        finally:
-            await relay.stop()  # closes its claim connection
+    async with driven_relay(settings, bus_options(settings, **options)) as (relay, _):
+        return await relay.drain()
 
 
 @contextlib.asynccontextmanager
