@@ -6,7 +6,9 @@ the broker acknowledged, a backed-off retry or the dead letter for the rest.
 If the relay dies mid-batch the transaction rolls back and the rows are
 claimed again: the bus may then carry a record twice, which the push fan-out
 drops by seq. While one batch is published and marked the next is claimed and
-encoded (see :meth:`Relay.drain`, ADR 022).
+encoded (see :meth:`Relay.drain`, ADR 022). Claims run on the relay's own
+connection, which begins the next claim's transaction in the round trip that
+commits the last (ADR 062); a batch claimed ahead takes one from the pool.
 
 The relay wakes on the commits themselves, so delivery never waits for a poll:
 the web processes publish theirs on Redis, in the same pipeline as their commit
