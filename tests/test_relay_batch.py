@@ -28,6 +28,7 @@ from tests.support.isolated import (
     wait_until,
 )
 from workers import relay as relay_worker
+from workers import relay_claims
 from workers.bus import BusOptions
 from workers.runtime import opened
 
@@ -133,7 +134,7 @@ async def test_between_batches_the_begun_transaction_holds_nothing_and_ages_noth
             assert waiting is not None
             assert (waiting["state"], waiting["backend_xid"], waiting["backend_xmin"]) == (
                 "idle in transaction", None, None)
-            assert waiting["application_name"] == relay_worker.CLAIMS_APPLICATION_NAME
+            assert waiting["application_name"] == relay_claims.CLAIMS_APPLICATION_NAME
             # Due after the waiting transaction began (and written after it).
             written = await db.fetchval(
                 "INSERT INTO outbox_events (topic, key, payload, next_attempt_at) "

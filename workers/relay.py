@@ -41,12 +41,9 @@ from app.store import outbox as outbox_store
 from app.store.events import WAKEUP_CHANNEL, relay_wakeup_channel, relay_wakeup_events
 from workers import runtime
 from workers.bus import Publisher, PublishError, RecordRejected
+from workers.relay_claims import ClaimConnections
 
 log = logging.getLogger("mesh.relay")
-
-# How the relay's own claim connection shows in pg_stat_activity (operators leave
-# it out of alerts on long idle transactions: it waits with a claim's begun).
-CLAIMS_APPLICATION_NAME = "mesh-relay-claims"
 
 
 class Relay:
@@ -59,12 +56,7 @@ class Relay:
         self._hear_commits = hear_commits
         self.pool = pool
         self.publisher = publisher
-        # The relay's own claim connection, outside the pool: free between batches
-        # with the next claim's transaction already begun (ADR 062). None until the
-        # first claim, and again after it broke.
-        self._own: asyncpg.Connection | None = None
-        self._own_busy = False
-        self._own_begun = False
+        self._claims = ClaimConnections(pool, settings.database_url)
         self._wake = asyncio.Event()
         self._stop = asyncio.Event()
         self._stopping = False
@@ -95,72 +87,22 @@ class Relay:
     async def _claim(self) -> _Claimed | None:
         """Lock the next due rows in a transaction of their own and encode them;
         None (nothing left open) when no row is due."""
-        conn, begun = await self._connection()
+        conn = await self._claims.open()
         try:
-            if not begun:
-                await outbox_store.begin_claim(conn)
             rows = await outbox_store.claim(conn, self.settings.relay_batch_size,
                                            self.settings.bus_topic)
             if rows:
                 return _Claimed(conn, rows, [_bus_value(r) for r in rows])
         except BaseException:
-            await self._drop(conn)
+            await self._claims.drop(conn)
             raise
-        await self._end(conn, None)
+        await self._claims.end(conn, None, begin_next=not self._stopping)
         return None
 
     @property
     def claim_connection(self) -> asyncpg.Connection | None:
-        """The relay's own claim connection, once connected (its session's
-        statistics — prepared statements, plans — are the claims')."""
-        return self._own
-
-    async def _connection(self) -> tuple[asyncpg.Connection, bool]:
-        """A connection for a claim, and whether its transaction is begun: the
-        relay's own when it is free (connected on first use), else one of the pool
-        (a batch claimed ahead while the last is published)."""
-        if self._own_busy:
-            return await self.pool.acquire(), False
-        self._own_busy = True
-        try:
-            if self._own is None:
-                self._own = await db.connect(self.settings.database_url, CLAIMS_APPLICATION_NAME)
-                self._own_begun = False
-        except BaseException:
-            self._own_busy = False
-            raise
-        return self._own, self._own_begun
-
-    async def _end(self, conn: asyncpg.Connection, sent: list[int] | None) -> None:
-        """Commit the claim with ``sent`` marked, or roll it back (None). The
-        relay's own connection begins the next claim's transaction in the same
-        round trip, so a batch at a trickle costs two: the claim, and this."""
-        own = conn is self._own
-        begin_next = own and not self._stopping
-        try:
-            if sent is None:
-                await outbox_store.rollback(conn, begin_next=begin_next)
-            else:
-                await outbox_store.commit_sent(conn, sent, begin_next=begin_next)
-        except BaseException:
-            await self._drop(conn)
-            raise
-        if own:
-            self._own_begun, self._own_busy = begin_next, False
-        else:
-            await self.pool.release(conn)
-
-    async def _drop(self, conn: asyncpg.Connection) -> None:
-        """A claim that failed: its rows are claimable again once its transaction
-        is gone. The relay's own connection is closed (the next claim connects
-        anew); a pool connection is rolled back and released (the pool drops one
-        that broke, which ends its transaction just the same)."""
-        if conn is self._own:
-            self._own, self._own_busy = None, False
-            conn.terminate()
-            return
-        await _discard(conn)
-        await self.pool.release(conn)
+        """The relay's own claim connection, once connected."""
+        return self._claims.own
 
     async def _finish(self, batch: _Claimed) -> int:
         """Publish a claimed batch and mark it in its transaction: ``sent`` only
@@ -184,9 +126,9 @@ class Relay:
             await outbox_store.mark_failed_attempts(batch.conn, failed_ids, errors, dead,
                                                     self.settings.relay_retry_base_seconds)
         except BaseException:
-            await self._drop(batch.conn)
+            await self._claims.drop(batch.conn)
             raise
-        await self._end(batch.conn, sent)
+        await self._claims.end(batch.conn, sent, begin_next=not self._stopping)
         self.batches += 1
         RELAY_BATCHES.inc()
         self.bus_healthy = bool(sent) or not failed_ids
@@ -252,7 +194,7 @@ class Relay:
             return
         if batch is not None:
             with contextlib.suppress(Exception):  # a failed rollback drops the connection
-                await self._end(batch.conn, None)
+                await self._claims.end(batch.conn, None, begin_next=not self._stopping)
 
     # --- the loop -------------------------------------------------------------------
 
@@ -285,10 +227,7 @@ class Relay:
         if self._listener is not None:
             with contextlib.suppress(Exception):
                 await self._listener.close()
-        own, self._own = self._own, None
-        if own is not None:
-            with contextlib.suppress(Exception):
-                await own.close()  # ends the transaction begun for a next claim
+        await self._claims.close()
 
     async def _run(self) -> None:
         # Both back off only until a stop request: SIGTERM must not wait 15 s.
@@ -402,13 +341,6 @@ class _Claimed:
     conn: asyncpg.Connection
     rows: list[asyncpg.Record]
     values: list[bytes | PublishError]
-
-
-async def _discard(conn: asyncpg.Connection) -> None:
-    """Roll back (the rows are claimable again); a connection that broke is
-    dropped by the pool, which ends its transaction just the same."""
-    with contextlib.suppress(Exception):
-        await outbox_store.rollback(conn)
 
 
 def _bus_value(row: asyncpg.Record) -> bytes | PublishError:
