@@ -30,25 +30,36 @@ class Usage:
     cpu: float      # seconds on a CPU
     wait: float     # seconds runnable but waiting for a CPU (living threads only)
     runs: int = 0   # times a thread was put on a CPU (living threads only)
+    # of those, times it had been taken off a CPU while it could still run
+    # (involuntary context switches: preempted, not woken)
+    preempted: int = 0
 
 
-def _sched(proc: psutil.Process) -> tuple[float, int]:
-    """(seconds runnable on a run queue, times put on a CPU), over the living threads.
+def _sched(proc: psutil.Process) -> tuple[float, int, int]:
+    """(seconds runnable on a run queue, times put on a CPU, times preempted), over
+    the living threads.
 
     psutil has no run-queue wait: cpu_times() is time *on* a CPU and
     num_ctx_switches() reads the main thread only, while a broker's work hops
-    between its threads. So psutil lists the threads and the kernel's schedstat
-    gives both (its second field: nanoseconds spent runnable on a run queue; its
-    third: the times the thread ran)."""
-    wait = runs = 0
+    between its threads. So psutil lists the threads and the kernel gives the rest:
+    schedstat's second field (nanoseconds spent runnable on a run queue) and third
+    (the times the thread ran), and the status file's involuntary switches. A run
+    after a preemption resumes work already under way, so it costs a context
+    switch, not another pass through the program: the table shows the two apart."""
+    wait = runs = preempted = 0
     for thread in proc.threads():
+        task = f"/proc/{proc.pid}/task/{thread.id}"
         try:
-            with open(f"/proc/{proc.pid}/task/{thread.id}/schedstat") as f:
+            with open(f"{task}/schedstat") as f:
                 fields = f.read().split()
+            with open(f"{task}/status") as f:
+                involuntary = next(int(line.split()[1]) for line in f
+                                   if line.startswith("nonvoluntary_ctxt_switches"))
             wait, runs = wait + int(fields[1]), runs + int(fields[2])
-        except (OSError, ValueError, IndexError):
+            preempted += involuntary
+        except (OSError, ValueError, IndexError, StopIteration):
             continue  # the thread ended meanwhile, or no schedstats in this kernel
-    return wait / 1e9, runs
+    return wait / 1e9, runs, preempted
 
 
 def _usage(pid: int, *, with_children: bool = True) -> Usage:
@@ -58,18 +69,18 @@ def _usage(pid: int, *, with_children: bool = True) -> Usage:
     except psutil.NoSuchProcess:
         return Usage(0.0, 0.0)
     cpu = wait = 0.0
-    runs = 0
+    runs = preempted = 0
     for p in procs:
         try:
             t = p.cpu_times()
             cpu += t.user + t.system
             if with_children:
                 cpu += t.children_user + t.children_system
-            waited, ran = _sched(p)
-            wait, runs = wait + waited, runs + ran
+            waited, ran, taken = _sched(p)
+            wait, runs, preempted = wait + waited, runs + ran, preempted + taken
         except psutil.NoSuchProcess:
             continue
-    return Usage(cpu, wait, runs)
+    return Usage(cpu, wait, runs, preempted)
 
 
 class CpuMeter:
@@ -90,7 +101,8 @@ class CpuMeter:
             end = _usage(pid, with_children=kids)
             begin = self._start.get(k, Usage(0.0, 0.0))
             out[k] = Usage(max(0.0, end.cpu - begin.cpu), max(0.0, end.wait - begin.wait),
-                           max(0, end.runs - begin.runs))
+                           max(0, end.runs - begin.runs),
+                           max(0, end.preempted - begin.preempted))
         return out
 
 
@@ -132,6 +144,9 @@ class Interval:
     def runs_per(self, n: int, name: str) -> float:
         """Times component ``name``'s threads were put on a CPU, per unit of work."""
         return self.usage[name].runs / n if n else float("nan")
+
+    def preempted_per(self, n: int, name: str) -> float:
+        return self.usage[name].preempted / n if n else float("nan")
 
     def share(self, name: str) -> tuple[float, float]:
         """(% of one core used, % of wall time waiting for a core)."""

@@ -34,24 +34,27 @@ def _per_run(cpu_seconds: float, runs: int) -> str:
 
 def cpu_note(sec: Section, cpu: Interval | None, n: int, unit: str) -> None:
     """A table: CPU ms per unit of work per component, the times its threads ran
-    (mostly wake-ups) per unit and the CPU each took, % of a core, run-queue wait."""
+    per unit and the CPU each took, % of a core, run-queue wait, and how many of
+    the runs resumed after a preemption (a context switch, not another wake-up)."""
     if cpu is None or not n:
         return
     sec.note("")
     sec.note(f"| component | CPU ms per {unit} | runs per {unit} | CPU µs per run "
-             "| % of one core | waiting for a core (% of wall) |")
-    sec.note("|---|---|---|---|---|---|")
-    runs = 0
+             "| % of one core | waiting for a core (% of wall) | of the runs, after a preemption |")
+    sec.note("|---|---|---|---|---|---|---|")
+    runs = preempted = 0
     for name, usage in cpu.usage.items():
         used, wait = cpu.share(name)
-        runs += usage.runs
+        runs, preempted = runs + usage.runs, preempted + usage.preempted
         sec.note(f"| {name} | {fmt(cpu.per(n, name))} | {fmt(cpu.runs_per(n, name))} "
-                 f"| {_per_run(usage.cpu, usage.runs)} | {fmt(used, '%')} | {fmt(wait, '%')} |")
+                 f"| {_per_run(usage.cpu, usage.runs)} | {fmt(used, '%')} | {fmt(wait, '%')} "
+                 f"| {fmt(cpu.preempted_per(n, name))} |")
     total = 1000 * cpu.ours / n
     sec.note(f"| **all of the mesh + services + client** | **{fmt(total)}** | {fmt(runs / n)} "
-             f"| {_per_run(cpu.ours, runs)} | {fmt(100 * cpu.ours / cpu.wall, '%')} | |")
+             f"| {_per_run(cpu.ours, runs)} | {fmt(100 * cpu.ours / cpu.wall, '%')} | "
+             f"| {fmt(preempted / n)} |")
     sec.note(f"| other processes on the machine (not ours) | | | | "
-             f"{fmt(100 * cpu.others / cpu.wall, '%')} | |")
+             f"{fmt(100 * cpu.others / cpu.wall, '%')} | | |")
     sec.note("")
     sec.note(f"At {fmt(total)} CPU-ms per {unit}, two cores given to nothing else would carry "
              f"at most ~{fmt(2000 / total)} {unit}s/s.")
