@@ -93,7 +93,8 @@ async def db_now(database_url: str) -> object:
 
 async def relay_batches_since(database_url: str, topic: str, since: object) -> tuple[int, int]:
     """Rows sent since ``since`` and in how many relay transactions: a batch marks its
-    rows with one ``now()``, so distinct ``sent_at`` values count the batches."""
+    rows in one statement, with one timestamp, so distinct ``sent_at`` values count
+    the batches."""
     conn = await asyncpg.connect(database_url)
     try:
         row = await conn.fetchrow(

@@ -96,7 +96,7 @@ class Relay:
         except BaseException:
             await self._claims.drop(conn)
             raise
-        await self._claims.end(conn, None, begin_next=not self._stopping)
+        await self._claims.end(conn, None)
         return None
 
     @property
@@ -128,7 +128,7 @@ class Relay:
         except BaseException:
             await self._claims.drop(batch.conn)
             raise
-        await self._claims.end(batch.conn, sent, begin_next=not self._stopping)
+        await self._claims.end(batch.conn, sent)
         self.batches += 1
         RELAY_BATCHES.inc()
         self.bus_healthy = bool(sent) or not failed_ids
@@ -194,7 +194,7 @@ class Relay:
             return
         if batch is not None:
             with contextlib.suppress(Exception):  # a failed rollback drops the connection
-                await self._claims.end(batch.conn, None, begin_next=not self._stopping)
+                await self._claims.end(batch.conn, None)
 
     # --- the loop -------------------------------------------------------------------
 

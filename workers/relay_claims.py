@@ -26,11 +26,11 @@ class ClaimConnections:
     def __init__(self, pool: asyncpg.Pool, database_url: str) -> None:
         self.pool = pool
         self._url = database_url
-        # Free between batches with the next claim's transaction begun; None until
-        # the first claim, and again after a claim on it failed.
+        # Free between batches with the next claim's transaction begun (every claim
+        # on it ends that way); None until the first claim, and again after a claim
+        # on it failed.
         self._own: asyncpg.Connection | None = None
         self._busy = False
-        self._begun = False
 
     @property
     def own(self) -> asyncpg.Connection | None:
@@ -42,42 +42,39 @@ class ClaimConnections:
         """A connection with a claim's transaction begun: the relay's own when it
         is free (connected on first use), else one of the pool."""
         if self._busy:
-            conn, begun = await self.pool.acquire(), False
+            conn = await self.pool.acquire()
+        elif self._own is not None:
+            self._busy = True
+            return self._own  # begun as its last claim ended
         else:
             self._busy = True
             try:
-                if self._own is None:
-                    self._own = await db.connect(self._url, CLAIMS_APPLICATION_NAME)
-                    self._begun = False
+                self._own = conn = await db.connect(self._url, CLAIMS_APPLICATION_NAME)
             except BaseException:
                 self._busy = False
                 raise
-            conn, begun = self._own, self._begun
-        if not begun:
-            try:
-                await outbox_store.begin_claim(conn)
-            except BaseException:
-                await self.drop(conn)
-                raise
+        try:
+            await outbox_store.begin_claim(conn)
+        except BaseException:
+            await self.drop(conn)
+            raise
         return conn
 
-    async def end(self, conn: asyncpg.Connection, sent: list[int] | None, *,
-                  begin_next: bool) -> None:
+    async def end(self, conn: asyncpg.Connection, sent: list[int] | None) -> None:
         """Commit the claim with ``sent`` marked, or roll it back (None). On the
-        relay's own connection ``begin_next`` begins the next claim's transaction
-        in the same round trip."""
+        relay's own connection the same round trip begins the next claim's
+        transaction; a relay that stops ends it by closing the connection."""
         own = conn is self._own
-        begin_next = own and begin_next
         try:
             if sent is None:
-                await outbox_store.rollback(conn, begin_next=begin_next)
+                await outbox_store.rollback(conn, begin_next=own)
             else:
-                await outbox_store.commit_sent(conn, sent, begin_next=begin_next)
+                await outbox_store.commit_sent(conn, sent, begin_next=own)
         except BaseException:
             await self.drop(conn)
             raise
         if own:
-            self._begun, self._busy = begin_next, False
+            self._busy = False
         else:
             await self.pool.release(conn)
 
