@@ -60,3 +60,51 @@ async def test_wanted_channels_are_followed_from_the_next_subscription_and_dropp
         with contextlib.suppress(asyncio.CancelledError):
             await follower
         await redis.aclose()
+
+
+async def test_a_reconnect_asks_for_exactly_what_is_wanted_then(
+        migrated: Settings, uniq: str) -> None:
+    """``want_exactly`` replaces the wanted set; many waiters of many channels are
+    each settled by their own channel's confirmation; a subscription Redis drops is
+    made again with what is wanted at that moment."""
+    name = f"follow-{uniq}"
+    first = {f"{name}-{n}" for n in range(200)}
+    channels = Channels(f"{name}-base")
+    subscriptions = 0
+    subscribed = asyncio.Event()
+
+    def on_subscribed() -> None:
+        nonlocal subscriptions
+        subscriptions += 1
+        subscribed.set()
+
+    redis = aioredis.from_url(migrated.redis_url)
+    follower = asyncio.create_task(follow(
+        f"{migrated.redis_url}?client_name={name}", channels, Backoff("test_follow"),
+        on_message=lambda data: None, on_subscribed=on_subscribed))
+    try:
+        async with asyncio.timeout(30):
+            await subscribed.wait()
+            channels.want_exactly(first)
+            await asyncio.gather(*(channels.until(c) for c in first))
+            assert await redis.pubsub_numsub(*sorted(first)[:3]) == [
+                (c.encode(), 1) for c in sorted(first)[:3]]
+
+            later = {f"{name}-{n}" for n in range(150, 250)}
+            channels.want_exactly(later)
+            await asyncio.gather(*(channels.until(c, live=c in later) for c in first | later))
+
+            subscribed.clear()
+            [mine] = [c for c in await redis.client_list() if c["name"] == name]
+            await redis.client_kill_filter(_id=mine["id"])
+            await subscribed.wait()
+            await asyncio.gather(*(channels.until(c) for c in later))
+            assert subscriptions == 2
+            assert not any(channels.live(c) for c in first - later)
+            gone = sorted(first - later)[0]
+            assert await redis.pubsub_numsub(gone) == [(gone.encode(), 0)]
+    finally:
+        follower.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await follower
+        await redis.aclose()

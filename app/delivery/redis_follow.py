@@ -8,7 +8,8 @@ outlive any Redis restart. Pub/sub drops what is published while nobody listens,
 may have missed something" and re-reads its source.
 
 A follower may also listen on a channel only while it wants it (:class:`Channels`):
-the web process follows the commit notices only while it holds a long-poll.
+the web process follows the commit notices only while it holds a long-poll, and an
+agent's event channel only while it holds a reader of that agent.
 """
 
 from __future__ import annotations
@@ -37,7 +38,9 @@ class Channels:
         self._asked: set[str] = set()  # what the live subscription asked Redis for
         self._applying: asyncio.Task[None] | None = None
         self._live: set[str] = set()  # what Redis confirmed on it
-        self._moved = asyncio.Event()
+        # Who waits for a channel's confirmation: one future each, per channel, so a
+        # thousand streams opening at once are not each woken by every confirmation.
+        self._waiting: dict[str, list[tuple[bool, asyncio.Future[None]]]] = {}
 
     def want(self, channel: str, wanted: bool = True) -> None:
         """Called on every long-poll: costs nothing when nothing changes."""
@@ -49,6 +52,17 @@ class Channels:
             self._wanted.discard(channel)
         self._changed()
 
+    def want_exactly(self, channels: set[str]) -> None:
+        """Follow ``channels`` (besides ``always``) and drop every other wanted one."""
+        if channels != self._wanted:
+            self._wanted = set(channels)
+            self._changed()
+
+    @property
+    def attached(self) -> bool:
+        """Whether a subscription is live: what is wanted now is on its way to Redis."""
+        return self._pubsub is not None
+
     def live(self, channel: str) -> bool:
         """Whether Redis confirmed the subscription to ``channel``: every message
         published on it from then on comes, until it confirms the unsubscription."""
@@ -57,8 +71,25 @@ class Channels:
     async def until(self, channel: str, live: bool = True) -> None:
         """Wait until :meth:`live` says ``live`` for ``channel``."""
         while self.live(channel) != live:
-            self._moved.clear()
-            await self._moved.wait()
+            waiting = (live, asyncio.get_running_loop().create_future())
+            self._waiting.setdefault(channel, []).append(waiting)
+            try:
+                await waiting[1]
+            finally:
+                self._forget(channel, waiting)
+
+    def _forget(self, channel: str, waiting: tuple[bool, asyncio.Future[None]]) -> None:
+        others = self._waiting.get(channel)
+        if others is not None and waiting in others:
+            others.remove(waiting)
+            if not others:
+                del self._waiting[channel]
+
+    def _settle(self, channel: str) -> None:
+        now = channel in self._live
+        for live, future in self._waiting.get(channel, ()):
+            if live == now and not future.done():
+                future.set_result(None)
 
     def confirmed(self, channel: bytes | str, subscribed: bool) -> None:
         name = channel.decode() if isinstance(channel, bytes) else channel
@@ -66,7 +97,7 @@ class Channels:
             self._live.add(name)
         else:
             self._live.discard(name)
-        self._moved.set()
+        self._settle(name)
 
     async def attach(self, pubsub: PubSub) -> None:
         """Subscribe a new connection to what is wanted now."""
@@ -79,7 +110,8 @@ class Channels:
         self._pubsub = None
         self._asked = set()
         self._live = set()
-        self._moved.set()
+        for channel in list(self._waiting):
+            self._settle(channel)
         if self._applying is not None:
             self._applying.cancel()
             self._applying = None
