@@ -28,7 +28,7 @@ async def test_push_writes_what_the_reader_reads(migrated: Settings, db: asyncpg
                          "task_id": None, "context_id": None, "from_agent_id": None,
                          "created_at": datetime.now(UTC), "payload": {"n": 1}})
     pubsub = redis_client.pubsub(ignore_subscribe_messages=True)
-    await pubsub.subscribe(delivery.NOTIFY_CHANNEL)
+    await pubsub.subscribe(delivery.inbox_channel(agent_id))
     try:
         push = Push(migrated, redis_client, subscriber=None)  # type: ignore[arg-type]
         await push.write([PushEvent(agent_id, WireEvent(1, "task.message", data))])

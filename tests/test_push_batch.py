@@ -51,7 +51,7 @@ async def test_one_pipeline_writes_a_batch_refuses_repeats_and_notices_each_agen
                        WireEvent(i // 2 + 1, "task.message", event(i // 2 + 1, "t")))
              for i in range(10)]
     pubsub = redis_client.pubsub(ignore_subscribe_messages=True)
-    await pubsub.subscribe(delivery.NOTIFY_CHANNEL)
+    await pubsub.subscribe(*(delivery.inbox_channel(a) for a in agents))
     try:
         push = Push(migrated, redis_client, subscriber=None)  # type: ignore[arg-type]
         await push.write(batch)

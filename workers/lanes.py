@@ -5,9 +5,10 @@ config) and the A2A bridge (ADR 041; one lane per remote agent) forward inboxes,
 in seq order, somewhere outside. Both need the same machinery, kept here once:
 each lane is its own task, so a slow or dead remote delays only its own lane; a
 lane holds a lease in Postgres, so several processes never serve one lane at the
-same time; lanes start on the commit and event notices every web process and
-push worker publish already (app.delivery.protocol), on a registration's notice,
-and on a periodic sweep, the safety net for notices lost while Redis was away or
+same time; lanes start on the commit notices every web process publishes already
+and on the push worker's event notices of the agents they serve (each agent's own
+channel, followed for every agent the last sweep found; app.delivery.protocol), on
+a registration's notice, and on a periodic sweep, the safety net for notices lost while Redis was away or
 sent to another process. A subclass says which lanes there are and what one lane
 does with its lease in hand.
 """
@@ -61,6 +62,9 @@ class LaneWorker(Generic[Lane]):
         self._stopping = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._follower: asyncio.Task[None] | None = None
+        # The event notices of every known agent; the commit notices and the
+        # registrations' notices for all.
+        self._channels = Channels(delivery.NOTIFY_CHANNEL, delivery.COMMIT_CHANNEL)
 
     # --- the lanes (the subclass) ---------------------------------------------------
 
@@ -107,6 +111,7 @@ class LaneWorker(Generic[Lane]):
     def register(self, agent_id: str, lane: Lane) -> None:
         """A new or replaced registration: serve it now, a pending retry included."""
         self._known.setdefault(agent_id, set()).add(lane)
+        self._channels.want(delivery.inbox_channel(agent_id))
         kick = self._kicks.get(lane)
         if kick is not None:
             kick.set()  # retry now, not after the backoff
@@ -143,6 +148,7 @@ class LaneWorker(Generic[Lane]):
             if due:
                 self.poke(lane)
         self._known = known
+        self._channels.want_exactly({delivery.inbox_channel(agent_id) for agent_id in known})
         await self.after_sweep()
 
     # --- the main loop ------------------------------------------------------------
@@ -249,7 +255,7 @@ class LaneWorker(Generic[Lane]):
     async def start(self) -> None:
         # Lanes read Postgres: the commit notices start them before the push worker's.
         self._follower = asyncio.create_task(follow(
-            self.settings.redis_url, Channels(delivery.NOTIFY_CHANNEL, delivery.COMMIT_CHANNEL),
+            self.settings.redis_url, self._channels,
             Backoff(f"{self.label}_notices", stop=self._stopping, logger=self.log),
             on_message=self._notice, on_subscribed=self._resubscribed),
             name=f"{self.label}-notices")

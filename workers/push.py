@@ -106,7 +106,7 @@ class Push:
             pipe.expire(delivery.inbox_stream_key(agent_id), delivery.STREAM_TTL_SECONDS)
         for agent_id, agent_events in by_agent.items():
             # A redelivered event rides along too: a reader drops a seq it handed over.
-            pipe.publish(delivery.NOTIFY_CHANNEL,
+            pipe.publish(delivery.inbox_channel(agent_id),
                          delivery.event_notice_carrying(agent_id, agent_events))
         async with pipe:
             results = await pipe.execute(raise_on_error=False)

@@ -1,10 +1,16 @@
 """Wake-ups for waiting inbox readers (SSE streams and long-polls).
 
-The push worker PUBLISHes a notice (app.delivery.protocol) on one Redis channel after it
-writes an event to the agent's stream, with the event when it is small. Each web
-process holds ONE subscriber connection and wakes its local waiters for that
-agent — so thousands of idle streams cost one Redis connection, not one each —
-handing a stream's waiter the events the notice carried.
+The push worker PUBLISHes a notice (app.delivery.protocol) on the agent's own Redis
+channel after it writes an event to the agent's stream, with the event when it is
+small. Each web process holds ONE subscriber connection — so thousands of idle
+streams cost one Redis connection, not one each — on which it follows the channel of
+every agent it holds a waiter of, and wakes its local waiters for that agent, handing
+a stream's waiter the events the notice carried. A send therefore wakes only the web
+processes that hold a reader of its recipient. A waiter is registered once Redis has
+confirmed its agent's channel (the first waiter of an agent on a process pays that
+round trip), so no notice slips between the reader's first read and its wait; the
+channel is dropped a while after the agent's last waiter left, so a client polling
+in a loop keeps it.
 
 A long-poll reads Postgres, so it need not wait for the relay and the push
 worker: the web process that committed an event also publishes a commit notice
@@ -41,6 +47,7 @@ from app.delivery.protocol import (
     Notice,
     auth_notice,
     carried_events,
+    inbox_channel,
     parse_notice,
 )
 from app.delivery.redis_follow import Channels, follow
@@ -178,9 +185,14 @@ class NoticeListener(Protocol):
 
 
 class InboxHub:
-    # How long the commit notices are followed after the last long-poll left: long
-    # enough that a client polling in a loop keeps the subscription.
+    # How long the commit notices, and an agent's event notices, are followed after
+    # the last long-poll (of that agent) left: long enough that a client polling in a
+    # loop keeps the subscription.
     COMMITS_LINGER_SECONDS = 60.0
+    # The longest a new waiter waits for Redis to confirm its agent's channel. Past
+    # it the waiter goes on: a subscription that fails is remade by the follow loop,
+    # which then wakes every waiter.
+    SUBSCRIBE_WAIT_SECONDS = 5.0
 
     def __init__(self, redis_url: str) -> None:
         self._redis_url = redis_url
@@ -191,6 +203,7 @@ class InboxHub:
         self.channels = Channels(NOTIFY_CHANNEL)
         self._long_polls = 0
         self._commits_off: asyncio.TimerHandle | None = None
+        self._agents_off: dict[str, asyncio.TimerHandle] = {}
 
     async def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="inbox-hub")
@@ -201,6 +214,9 @@ class InboxHub:
         if self._commits_off is not None:
             self._commits_off.cancel()
             self._commits_off = None
+        for timer in self._agents_off.values():
+            timer.cancel()
+        self._agents_off.clear()
 
     @contextlib.asynccontextmanager
     async def watch(self, agent_id: str, kind: WaiterKind = STREAM, *,
@@ -213,6 +229,7 @@ class InboxHub:
         if kind == LONG_POLL:
             self._long_poll_came()
         try:
+            await self._follow_agent(agent_id)
             yield waiter
         finally:
             waiters = self._waiters.get(agent_id)
@@ -220,8 +237,33 @@ class InboxHub:
                 waiters.discard(waiter)
                 if not waiters:
                     del self._waiters[agent_id]
+                    self._agent_left(agent_id)
             if kind == LONG_POLL:
                 self._long_poll_left()
+
+    async def _follow_agent(self, agent_id: str) -> None:
+        off = self._agents_off.pop(agent_id, None)
+        if off is not None:
+            off.cancel()
+        channel = inbox_channel(agent_id)
+        self.channels.want(channel)
+        # Without a live subscription there is nothing to wait for: the next one
+        # subscribes to every wanted channel and then wakes every waiter.
+        if self.channels.attached and not self.channels.live(channel):
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.SUBSCRIBE_WAIT_SECONDS):
+                    await self.channels.until(channel)
+
+    def _agent_left(self, agent_id: str) -> None:
+        old = self._agents_off.pop(agent_id, None)
+        if old is not None:
+            old.cancel()
+        self._agents_off[agent_id] = asyncio.get_running_loop().call_later(
+            self.COMMITS_LINGER_SECONDS, self._stop_following_agent, agent_id)
+
+    def _stop_following_agent(self, agent_id: str) -> None:
+        del self._agents_off[agent_id]
+        self.channels.want(inbox_channel(agent_id), False)
 
     def _long_poll_came(self) -> None:
         self._long_polls += 1

@@ -7,12 +7,15 @@ channel or a notice changes in one place:
   per event with the explicit id ``{seq}-0`` and two fields: ``e`` (the event's
   wire bytes, app.domain.event_wire) and ``t`` (its type, for the SSE ``event:`` line
   without parsing ``e``);
-- after a write the push worker PUBLISHes ``"{agent_id} {seq}"`` on
-  ``mesh:inbox-notify``, followed by the events it wrote when they are small
-  (:func:`event_notice_carrying`), so a stream that is caught up hands them over
-  without reading Redis; a credential change publishes ``"{agent_id} auth"``
-  there. Notices are hints: a reader that cannot use what a notice carries
-  re-reads its source;
+- after a write the push worker PUBLISHes ``"{agent_id} {seq}"`` on the agent's
+  own channel ``mesh:inbox-events:{agent_id}`` (:func:`inbox_channel`), followed by
+  the events it wrote when they are small (:func:`event_notice_carrying`), so a
+  stream that is caught up hands them over without reading Redis. Only the
+  processes that hold a reader of that agent (and the lane workers that serve it)
+  follow that channel, so a send wakes no other process;
+- every other notice goes to every follower on ``mesh:inbox-notify``: a credential
+  change publishes ``"{agent_id} auth"`` there. Notices are hints: a reader that
+  cannot use what a notice carries re-reads its source;
 - the commit notice (below) comes from the web process that committed, on a
   channel of its own, ``mesh:inbox-commits``.
 """
@@ -27,6 +30,7 @@ from app.domain.event_wire import WireEvent
 
 INBOX_STREAM_PREFIX = "inbox:"
 NOTIFY_CHANNEL = "mesh:inbox-notify"
+INBOX_CHANNEL_PREFIX = "mesh:inbox-events:"
 AUTH_CHANGED = "auth"
 # An idle agent's stream expires; Postgres still holds every event for catch-up.
 STREAM_TTL_SECONDS = 7 * 24 * 3600
@@ -37,6 +41,11 @@ TYPE_FIELD = b"t"
 def inbox_stream_key(agent_id: str) -> str:
     """The agent's Redis Stream: written by the push worker, read by SSE."""
     return f"{INBOX_STREAM_PREFIX}{agent_id}"
+
+
+def inbox_channel(agent_id: str) -> str:
+    """The agent's event notices: followed by the processes holding its readers."""
+    return f"{INBOX_CHANNEL_PREFIX}{agent_id}"
 
 
 def entry_id(seq: int) -> str:
@@ -53,9 +62,9 @@ def event_notice(agent_id: str, seq: int) -> str:
     return f"{agent_id} {seq}"
 
 
-# The most event bytes one notice carries: every web process (and every lane
-# process) receives every notice, so a large event is announced without its bytes
-# and read from the stream by the processes that hold its reader.
+# The most event bytes one notice carries: Redis copies a notice to every follower
+# of the agent's channel, so a large event is announced without its bytes and read
+# from the stream by the processes that hold its reader.
 CARRY_MAX_BYTES = 16 * 1024
 
 
