@@ -35,7 +35,7 @@ async def test_the_hub_follows_an_agents_channel_while_it_holds_its_reader(
     agent = f"ag_{uniq}"
     channel = inbox_channel(agent)
     hub = InboxHub(migrated.redis_url)
-    hub.COMMITS_LINGER_SECONDS = 0.0
+    hub.LINGER_SECONDS = 0.0
     redis = aioredis.from_url(migrated.redis_url)
     push = Push(migrated, redis, subscriber=None)  # type: ignore[arg-type]
     await hub.start()

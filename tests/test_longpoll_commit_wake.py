@@ -19,11 +19,12 @@ import redis.asyncio as aioredis
 from app.delivery.after_commit import AfterCommit
 from app.delivery.inbox_hub import LONG_POLL, STREAM, InboxHub
 from app.delivery.protocol import (
-    COMMIT_CHANNEL,
     NOTIFY_CHANNEL,
     Notice,
+    commit_channel,
     commit_notice,
     event_notice,
+    inbox_channel,
     parse_notice,
 )
 from app.platform.db import create_pool
@@ -67,13 +68,19 @@ async def test_long_poll_on_another_process_answers_from_the_commit_notice(
         two_webs: list[MeshProcess], iso: Settings) -> None:
     web_a, web_b = two_webs
     redis = aioredis.from_url(iso.redis_url)
-    pubsub = redis.pubsub(ignore_subscribe_messages=True)
-    await pubsub.subscribe(NOTIFY_CHANNEL, COMMIT_CHANNEL)
+    pubsub = redis.pubsub()
     try:
         async with MeshFactory.connect(web_a.url) as mesh, \
                 httpx.AsyncClient(base_url=web_b.url, timeout=40) as http_b:
             a, b_on_a = await mesh.pair()
             b = dataclasses.replace(b_on_a, http=http_b)
+            await pubsub.subscribe(commit_channel(b.agent_id), inbox_channel(b.agent_id))
+            confirmed = 0
+            async with asyncio.timeout(10):
+                while confirmed < 2:  # Redis took both before anything is sent
+                    message = await pubsub.get_message(timeout=1.0)
+                    confirmed += message is not None and message["type"] == "subscribe"
+            pubsub.ignore_subscribe_messages = True
             after = (await b.inbox())["next_after"]
             base = await _metric(http_b, "agent_mesh_longpoll_waiting")
             poll = asyncio.create_task(b.inbox(after=after, wait=25))
@@ -151,19 +158,21 @@ class Heard:
 async def test_the_hub_follows_commit_notices_only_while_it_holds_a_long_poll(
         migrated: Settings, uniq: str) -> None:
     """A web process serving streams alone would wake for every send's commit and
-    wake nobody: it hears commit notices only while a long-poll waits there, and
-    until a while after the last one left (no while at all here)."""
+    wake nobody: it hears an agent's commit notices only while a long-poll of that
+    agent waits there, and until a while after the last one left (no while at all
+    here)."""
     hub = InboxHub(migrated.redis_url)
-    hub.COMMITS_LINGER_SECONDS = 0.0
+    hub.LINGER_SECONDS = 0.0
     heard = Heard()
     hub.add_listener(heard)
     redis = aioredis.from_url(migrated.redis_url)
     agent = f"ag_{uniq}"
+    commits = commit_channel(agent)
 
     async def a_commit_then_a_marker(n: int) -> None:
         # One connection, one order: once the hub hears the marker, it has heard
         # the commit notice published before it, or never will.
-        await redis.publish(COMMIT_CHANNEL, commit_notice(agent))
+        await redis.publish(commits, commit_notice(agent))
         await redis.publish(NOTIFY_CHANNEL, event_notice(f"{agent}_marker{n}", 1))
         await heard.until(f"{agent}_marker{n}")
 
@@ -173,17 +182,19 @@ async def test_the_hub_follows_commit_notices_only_while_it_holds_a_long_poll(
             await hub.connected.wait()
             async with hub.watch(agent, STREAM):
                 await a_commit_then_a_marker(1)
-            assert heard.commits_of(agent) == 0 and not hub.channels.live(COMMIT_CHANNEL)
+                assert heard.commits_of(agent) == 0 and not hub.channels.live(commits)
 
-            async with hub.watch(agent, LONG_POLL) as poll:
-                await hub.channels.until(COMMIT_CHANNEL)
-                await a_commit_then_a_marker(2)
+                async with hub.watch(agent, LONG_POLL) as poll:
+                    assert hub.channels.live(commits)  # handed out once confirmed
+                    await a_commit_then_a_marker(2)
+                    assert heard.commits_of(agent) == 1
+                    assert await poll.wait(0)
+
+                # The stream stays; the long-poll left, and with it the commits.
+                await hub.channels.until(commits, live=False)
+                assert hub.channels.live(inbox_channel(agent))
+                await a_commit_then_a_marker(3)
                 assert heard.commits_of(agent) == 1
-                assert await poll.wait(0)
-
-            await hub.channels.until(COMMIT_CHANNEL, live=False)
-            await a_commit_then_a_marker(3)
-            assert heard.commits_of(agent) == 1
     finally:
         await hub.stop()
         await redis.aclose()

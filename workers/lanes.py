@@ -5,10 +5,10 @@ config) and the A2A bridge (ADR 041; one lane per remote agent) forward inboxes,
 in seq order, somewhere outside. Both need the same machinery, kept here once:
 each lane is its own task, so a slow or dead remote delays only its own lane; a
 lane holds a lease in Postgres, so several processes never serve one lane at the
-same time; lanes start on the commit notices every web process publishes already
-and on the push worker's event notices of the agents they serve (each agent's own
-channel, followed for every agent the last sweep found; app.delivery.protocol), on
-a registration's notice, and on a periodic sweep, the safety net for notices lost while Redis was away or
+same time; lanes start on the commit notices the web processes publish already
+and on the push worker's event notices, on the channels of every agent the last
+sweep found (app.delivery.protocol), on a registration's notice, and on a periodic
+sweep, the safety net for notices lost while Redis was away or
 sent to another process. A subclass says which lanes there are and what one lane
 does with its lease in hand.
 """
@@ -34,6 +34,11 @@ SWEEP_LIMIT = 50_000
 DB_ERRORS = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError)
 
 Lane = TypeVar("Lane", bound=Hashable)
+
+
+def _channels_of(agent_id: str) -> tuple[str, str]:
+    """A lane reads Postgres: both the agent's commit and event notices start it."""
+    return delivery.commit_channel(agent_id), delivery.inbox_channel(agent_id)
 
 
 class LaneWorker(Generic[Lane]):
@@ -62,9 +67,9 @@ class LaneWorker(Generic[Lane]):
         self._stopping = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._follower: asyncio.Task[None] | None = None
-        # The event notices of every known agent; the commit notices and the
-        # registrations' notices for all.
-        self._channels = Channels(delivery.NOTIFY_CHANNEL, delivery.COMMIT_CHANNEL)
+        # The event and commit notices of every known agent; the registrations'
+        # notices of all.
+        self._channels = Channels(delivery.NOTIFY_CHANNEL)
 
     # --- the lanes (the subclass) ---------------------------------------------------
 
@@ -111,7 +116,8 @@ class LaneWorker(Generic[Lane]):
     def register(self, agent_id: str, lane: Lane) -> None:
         """A new or replaced registration: serve it now, a pending retry included."""
         self._known.setdefault(agent_id, set()).add(lane)
-        self._channels.want(delivery.inbox_channel(agent_id))
+        for channel in _channels_of(agent_id):
+            self._channels.want(channel)
         kick = self._kicks.get(lane)
         if kick is not None:
             kick.set()  # retry now, not after the backoff
@@ -148,7 +154,7 @@ class LaneWorker(Generic[Lane]):
             if due:
                 self.poke(lane)
         self._known = known
-        self._channels.want_exactly({delivery.inbox_channel(agent_id) for agent_id in known})
+        self._channels.want_exactly({c for agent_id in known for c in _channels_of(agent_id)})
         await self.after_sweep()
 
     # --- the main loop ------------------------------------------------------------

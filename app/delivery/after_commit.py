@@ -4,8 +4,8 @@ The write unit of work (app.store.writes) calls :meth:`AfterCommit.wake` after e
 commit that appended inbox events or re-queued outbox rows; it never blocks.
 One background task then sends everything noted since its previous round:
 
-* a **commit notice** per recipient (app.delivery.protocol.commit_notice, on its own
-  channel), so parked long-polls on every web process and the webhook and A2A-bridge
+* a **commit notice** per recipient (app.delivery.protocol.commit_notice, on the
+  recipient's commit channel), so parked long-polls on every web process and the webhook and A2A-bridge
   lanes start at once (ADR 021, ADR 059) — this process's own long-polls are woken in
   :meth:`wake` already, through the hub;
 * the **relays' wake-up**: in the same Redis pipeline when there is a relay
@@ -32,7 +32,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from app.delivery.inbox_hub import InboxHub
-from app.delivery.protocol import COMMIT_CHANNEL, commit_notice
+from app.delivery.protocol import commit_channel, commit_notice
 from app.platform.background import cancel
 from app.platform.metrics import RELAY_WAKEUPS
 from app.platform.retry import Backoff
@@ -103,7 +103,7 @@ class AfterCommit:
         assert self._redis is not None
         async with self._redis.pipeline(transaction=False) as pipe:
             for agent_id in agents:
-                pipe.publish(COMMIT_CHANNEL, commit_notice(agent_id))
+                pipe.publish(commit_channel(agent_id), commit_notice(agent_id))
             if self._relay_channel is not None:
                 pipe.publish(self._relay_channel, relay_wakeup_message(events))
             await pipe.execute()

@@ -1,26 +1,22 @@
 """Wake-ups for waiting inbox readers (SSE streams and long-polls).
 
-The push worker PUBLISHes a notice (app.delivery.protocol) on the agent's own Redis
-channel after it writes an event to the agent's stream, with the event when it is
-small. Each web process holds ONE subscriber connection — so thousands of idle
-streams cost one Redis connection, not one each — on which it follows the channel of
-every agent it holds a waiter of, and wakes its local waiters for that agent, handing
-a stream's waiter the events the notice carried. A send therefore wakes only the web
-processes that hold a reader of its recipient. A waiter is registered once Redis has
-confirmed its agent's channel (the first waiter of an agent on a process pays that
-round trip), so no notice slips between the reader's first read and its wait; the
-channel is dropped a while after the agent's last waiter left, so a client polling
-in a loop keeps it.
+The push worker PUBLISHes an event notice (app.delivery.protocol) on the agent's
+own Redis channel after it writes an event to the agent's stream, with the event
+when it is small. A long-poll reads Postgres, so it need not wait for the relay and
+the push worker: the web process that committed an event also publishes a commit
+notice on the agent's own commit channel (app.delivery.after_commit, driven by
+app.store.writes), which wakes only the waiters of kind ``LONG_POLL`` — a stream
+waiter woken by it would find its Redis stream still without the event.
 
-A long-poll reads Postgres, so it need not wait for the relay and the push
-worker: the web process that committed an event also publishes a commit notice
-(app.delivery.after_commit, driven by app.store.writes), which wakes only the waiters of
-kind ``LONG_POLL`` — a stream waiter woken by it would find its Redis stream
-still without the event. The hub follows the commit notices' channel only while it
-has a long-poll waiter, and for a while after the last one left: a process that
-serves streams alone would wake for every send's commit for nothing. A long-poll
-that registers while the subscription is on its way is woken by the event notice
-instead, a few milliseconds later.
+Each web process holds ONE subscriber connection — so thousands of idle streams
+cost one Redis connection, not one each — on which it follows, for every agent it
+holds a waiter of, that agent's event channel, and its commit channel while one of
+the waiters is a long-poll. A send therefore wakes only the processes that hold a
+reader of its recipient, and a process serving streams alone never hears commits.
+A waiter is handed out once Redis has confirmed its channels (the first waiter of
+an agent on a process pays that round trip), so no notice slips between the
+reader's first read and its wait. A channel is dropped a while after the last
+waiter that needed it left, so a client polling in a loop keeps it.
 
 A notification is only a hint: a reader re-reads its source unless the events
 every notice since its last read carried continue it exactly. When the
@@ -34,7 +30,7 @@ import asyncio
 import contextlib
 import logging
 from collections import defaultdict
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Literal, Protocol
 
 import redis.asyncio as aioredis
@@ -42,11 +38,11 @@ from redis.exceptions import RedisError
 
 from app.delivery.protocol import (
     CACHE_EPOCH_KEY,
-    COMMIT_CHANNEL,
     NOTIFY_CHANNEL,
     Notice,
     auth_notice,
     carried_events,
+    commit_channel,
     inbox_channel,
     parse_notice,
 )
@@ -185,10 +181,9 @@ class NoticeListener(Protocol):
 
 
 class InboxHub:
-    # How long the commit notices, and an agent's event notices, are followed after
-    # the last long-poll (of that agent) left: long enough that a client polling in a
-    # loop keeps the subscription.
-    COMMITS_LINGER_SECONDS = 60.0
+    # How long an agent's channels are followed after the last waiter that needed
+    # them left: long enough that a client polling in a loop keeps the subscription.
+    LINGER_SECONDS = 60.0
     # The longest a new waiter waits for Redis to confirm its agent's channel. Past
     # it the waiter goes on: a subscription that fails is remade by the follow loop,
     # which then wakes every waiter.
@@ -201,9 +196,8 @@ class InboxHub:
         self._task: asyncio.Task[None] | None = None
         self.connected = asyncio.Event()
         self.channels = Channels(NOTIFY_CHANNEL)
-        self._long_polls = 0
-        self._commits_off: asyncio.TimerHandle | None = None
-        self._agents_off: dict[str, asyncio.TimerHandle] = {}
+        # A channel no waiter needs any more, and when it will be dropped.
+        self._channels_off: dict[str, asyncio.TimerHandle] = {}
 
     async def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="inbox-hub")
@@ -211,12 +205,9 @@ class InboxHub:
     async def stop(self) -> None:
         await cancel(self._task)
         self._task = None
-        if self._commits_off is not None:
-            self._commits_off.cancel()
-            self._commits_off = None
-        for timer in self._agents_off.values():
+        for timer in self._channels_off.values():
             timer.cancel()
-        self._agents_off.clear()
+        self._channels_off.clear()
 
     @contextlib.asynccontextmanager
     async def watch(self, agent_id: str, kind: WaiterKind = STREAM, *,
@@ -226,10 +217,8 @@ class InboxHub:
         (:meth:`Waiter.take_offered`) says so with ``takes_offers``."""
         waiter = Waiter(agent_id, kind, takes_offers=takes_offers)
         self._waiters[agent_id].add(waiter)
-        if kind == LONG_POLL:
-            self._long_poll_came()
         try:
-            await self._follow_agent(agent_id)
+            await self._follow(self._channels_for(agent_id, kind))
             yield waiter
         finally:
             waiters = self._waiters.get(agent_id)
@@ -237,50 +226,46 @@ class InboxHub:
                 waiters.discard(waiter)
                 if not waiters:
                     del self._waiters[agent_id]
-                    self._agent_left(agent_id)
-            if kind == LONG_POLL:
-                self._long_poll_left()
+                still = self._channels_for_all(waiters or ())
+                for channel in self._channels_for(agent_id, kind) - still:
+                    self._drop_later(channel)
 
-    async def _follow_agent(self, agent_id: str) -> None:
-        off = self._agents_off.pop(agent_id, None)
-        if off is not None:
-            off.cancel()
-        channel = inbox_channel(agent_id)
-        self.channels.want(channel)
+    @staticmethod
+    def _channels_for(agent_id: str, kind: WaiterKind) -> set[str]:
+        """What a waiter needs: its agent's event notices, and a long-poll (a reader
+        of Postgres) its commit notices too."""
+        if kind == LONG_POLL:
+            return {inbox_channel(agent_id), commit_channel(agent_id)}
+        return {inbox_channel(agent_id)}
+
+    def _channels_for_all(self, waiters: Iterable[Waiter]) -> set[str]:
+        return {c for w in waiters for c in self._channels_for(w.agent_id, w.kind)}
+
+    async def _follow(self, channels: set[str]) -> None:
+        for channel in channels:
+            off = self._channels_off.pop(channel, None)
+            if off is not None:
+                off.cancel()
+            self.channels.want(channel)
         # Without a live subscription there is nothing to wait for: the next one
         # subscribes to every wanted channel and then wakes every waiter.
-        if self.channels.attached and not self.channels.live(channel):
+        pending = [c for c in channels if not self.channels.live(c)]
+        if pending and self.channels.attached:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self.SUBSCRIBE_WAIT_SECONDS):
-                    await self.channels.until(channel)
+                    for channel in pending:
+                        await self.channels.until(channel)
 
-    def _agent_left(self, agent_id: str) -> None:
-        old = self._agents_off.pop(agent_id, None)
+    def _drop_later(self, channel: str) -> None:
+        old = self._channels_off.pop(channel, None)
         if old is not None:
             old.cancel()
-        self._agents_off[agent_id] = asyncio.get_running_loop().call_later(
-            self.COMMITS_LINGER_SECONDS, self._stop_following_agent, agent_id)
+        self._channels_off[channel] = asyncio.get_running_loop().call_later(
+            self.LINGER_SECONDS, self._drop, channel)
 
-    def _stop_following_agent(self, agent_id: str) -> None:
-        del self._agents_off[agent_id]
-        self.channels.want(inbox_channel(agent_id), False)
-
-    def _long_poll_came(self) -> None:
-        self._long_polls += 1
-        if self._commits_off is not None:
-            self._commits_off.cancel()
-            self._commits_off = None
-        self.channels.want(COMMIT_CHANNEL)
-
-    def _long_poll_left(self) -> None:
-        self._long_polls -= 1
-        if self._long_polls == 0:
-            self._commits_off = asyncio.get_running_loop().call_later(
-                self.COMMITS_LINGER_SECONDS, self._stop_following_commits)
-
-    def _stop_following_commits(self) -> None:
-        self._commits_off = None
-        self.channels.want(COMMIT_CHANNEL, False)
+    def _drop(self, channel: str) -> None:
+        del self._channels_off[channel]
+        self.channels.want(channel, False)
 
     def add_listener(self, listener: NoticeListener) -> None:
         """Hand every notice to ``listener`` too (called in the hub's task; must not block)."""

@@ -16,8 +16,8 @@ channel or a notice changes in one place:
 - every other notice goes to every follower on ``mesh:inbox-notify``: a credential
   change publishes ``"{agent_id} auth"`` there. Notices are hints: a reader that
   cannot use what a notice carries re-reads its source;
-- the commit notice (below) comes from the web process that committed, on a
-  channel of its own, ``mesh:inbox-commits``.
+- the commit notice (below) comes from the web process that committed, on the
+  agent's commit channel ``mesh:inbox-commits:{agent_id}``.
 """
 
 from __future__ import annotations
@@ -184,15 +184,21 @@ CACHE_EPOCH_KEY = "mesh:cache-epoch"
 
 # --- commit notices (ADR 021) ------------------------------------------
 # After a write commits, the web process that made it PUBLISHes ``"{agent_id} commit"``
-# on COMMIT_CHANNEL for each recipient, before the relay and the push worker have
-# carried the event anywhere. Only readers of Postgres wake for it (long-polls, the
-# lane workers): the agent's Redis stream, which SSE reads, does not hold the event
-# yet. So it has a channel of its own, which a web process follows only while it
-# holds a long-poll (ADR 059): one serving streams alone would wake for every
-# send's commit for nothing. A process that does not know the kind treats it as an
-# event notice (a harmless extra wake-up).
-COMMIT_CHANNEL = "mesh:inbox-commits"
+# on the recipient's commit channel (:func:`commit_channel`), before the relay and the
+# push worker have carried the event anywhere. Only readers of Postgres wake for it
+# (long-polls, the lane workers): the agent's Redis stream, which SSE reads, does not
+# hold the event yet. So it is a channel apart from the agent's event channel, which
+# a web process follows only while it holds a long-poll of that agent (ADR 059,
+# ADR 063): one serving streams alone would wake for every send's commit for nothing.
+# A process that does not know the kind treats it as an event notice (a harmless
+# extra wake-up).
+COMMIT_CHANNEL_PREFIX = "mesh:inbox-commits:"
 COMMITTED = "commit"
+
+
+def commit_channel(agent_id: str) -> str:
+    """The agent's commit notices: followed by the processes holding its long-polls."""
+    return f"{COMMIT_CHANNEL_PREFIX}{agent_id}"
 
 
 def commit_notice(agent_id: str) -> str:
