@@ -108,3 +108,40 @@ async def test_a_reconnect_asks_for_exactly_what_is_wanted_then(
         with contextlib.suppress(asyncio.CancelledError):
             await follower
         await redis.aclose()
+
+
+async def test_a_channel_dropped_and_wanted_again_is_live_only_when_redis_says_so(
+        migrated: Settings, uniq: str) -> None:
+    """A reader that comes as the channel's linger ends must not be told the channel
+    is live on the strength of the subscription being taken down."""
+    base, again = f"follow-{uniq}-base", f"follow-{uniq}-again"
+    channels = Channels(base)
+    channels.want(again)
+    heard: list[bytes] = []
+    more = asyncio.Event()
+
+    def on_message(data: bytes) -> None:
+        heard.append(data)
+        more.set()
+
+    redis = aioredis.from_url(migrated.redis_url)
+    follower = asyncio.create_task(follow(migrated.redis_url, channels, Backoff("test_follow"),
+                                          on_message=on_message, on_subscribed=lambda: None))
+    try:
+        async with asyncio.timeout(30):
+            await channels.until(again)
+            channels.want(again, False)
+            await asyncio.sleep(0)  # the drop is on its way: an UNSUBSCRIBE not yet confirmed
+            assert not channels.live(again)
+            channels.want(again)
+            assert not channels.live(again)
+            await channels.until(again)
+            await redis.publish(again, b"after the second subscription")
+            while b"after the second subscription" not in heard:
+                more.clear()
+                await more.wait()
+    finally:
+        follower.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await follower
+        await redis.aclose()

@@ -5,9 +5,9 @@ commit that appended inbox events or re-queued outbox rows; it never blocks.
 One background task then sends everything noted since its previous round:
 
 * a **commit notice** per recipient (app.delivery.protocol.commit_notice, on the
-  recipient's commit channel), so parked long-polls on every web process and the webhook and A2A-bridge
-  lanes start at once (ADR 021, ADR 059) — this process's own long-polls are woken in
-  :meth:`wake` already, through the hub;
+  recipient's commit channel), so its parked long-polls on any web process and its
+  webhook and A2A-bridge lanes start at once (ADR 021, ADR 063) — this process's own
+  long-polls are woken in :meth:`wake` already, through the hub;
 * the **relays' wake-up**: in the same Redis pipeline when there is a relay
   channel (ADR 029: at a trickle a send then costs the web one Redis round
   trip), otherwise — and for a commit without recipients, and for a round

@@ -38,6 +38,10 @@ class Channels:
         self._asked: set[str] = set()  # what the live subscription asked Redis for
         self._applying: asyncio.Task[None] | None = None
         self._live: set[str] = set()  # what Redis confirmed on it
+        # Subscribes and unsubscribes sent and not yet confirmed, per channel: a
+        # channel dropped and wanted again at once is live only when Redis confirmed
+        # the last of them, not on the confirmation of the first subscription.
+        self._unconfirmed: dict[str, int] = {}
         # Who waits for a channel's confirmation: one future each, per channel, so a
         # thousand streams opening at once are not each woken by every confirmation.
         self._waiting: dict[str, list[tuple[bool, asyncio.Future[None]]]] = {}
@@ -64,9 +68,9 @@ class Channels:
         return self._pubsub is not None
 
     def live(self, channel: str) -> bool:
-        """Whether Redis confirmed the subscription to ``channel``: every message
-        published on it from then on comes, until it confirms the unsubscription."""
-        return channel in self._live
+        """Whether Redis confirmed the subscription to ``channel``, and nothing since:
+        every message published on it from then on comes, until it is dropped."""
+        return channel in self._live and channel not in self._unconfirmed
 
     async def until(self, channel: str, live: bool = True) -> None:
         """Wait until :meth:`live` says ``live`` for ``channel``."""
@@ -86,22 +90,32 @@ class Channels:
                 del self._waiting[channel]
 
     def _settle(self, channel: str) -> None:
-        now = channel in self._live
+        now = self.live(channel)
         for live, future in self._waiting.get(channel, ()):
             if live == now and not future.done():
                 future.set_result(None)
 
     def confirmed(self, channel: bytes | str, subscribed: bool) -> None:
         name = channel.decode() if isinstance(channel, bytes) else channel
+        left = self._unconfirmed.get(name, 0) - 1
+        if left > 0:
+            self._unconfirmed[name] = left
+        else:
+            self._unconfirmed.pop(name, None)
         if subscribed:
             self._live.add(name)
         else:
             self._live.discard(name)
         self._settle(name)
 
+    def _sent(self, channels: set[str]) -> None:
+        for channel in channels:
+            self._unconfirmed[channel] = self._unconfirmed.get(channel, 0) + 1
+
     async def attach(self, pubsub: PubSub) -> None:
         """Subscribe a new connection to what is wanted now."""
         self._asked = {*self.always, *self._wanted}
+        self._sent(self._asked)
         await pubsub.subscribe(*self._asked)
         self._pubsub = pubsub
         self._changed()  # wanted or dropped meanwhile
@@ -110,6 +124,7 @@ class Channels:
         self._pubsub = None
         self._asked = set()
         self._live = set()
+        self._unconfirmed = {}
         for channel in list(self._waiting):
             self._settle(channel)
         if self._applying is not None:
@@ -130,6 +145,7 @@ class Channels:
                 if not add and not remove:
                     return
                 self._asked = (self._asked | add) - remove
+                self._sent(add | remove)
                 if add:
                     await pubsub.subscribe(*add)
                 if remove:
