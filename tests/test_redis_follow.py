@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import AsyncIterator, Callable
 
 import redis.asyncio as aioredis
 
@@ -15,51 +16,72 @@ from app.platform.retry import Backoff
 from app.platform.settings import Settings
 
 
-async def test_wanted_channels_are_followed_from_the_next_subscription_and_dropped(
-        migrated: Settings, uniq: str) -> None:
-    base, extra = f"follow-{uniq}-base", f"follow-{uniq}-extra"
-    channels = Channels(base)
-    channels.want(extra)  # before any subscription: the first one asks for it
-    heard: list[bytes] = []
-    more = asyncio.Event()
+class Heard:
+    """What a follower heard: the messages in order, and how often it subscribed."""
 
-    def on_message(data: bytes) -> None:
-        heard.append(data)
-        more.set()
+    def __init__(self) -> None:
+        self.messages: list[bytes] = []
+        self.subscriptions = 0
+        self._more = asyncio.Event()
 
-    async def until_heard(data: bytes) -> None:
-        while data not in heard:
-            more.clear()
-            await more.wait()
+    def message(self, data: bytes) -> None:
+        self.messages.append(data)
+        self._more.set()
 
-    redis = aioredis.from_url(migrated.redis_url)
-    follower = asyncio.create_task(follow(migrated.redis_url, channels, Backoff("test_follow"),
-                                          on_message=on_message, on_subscribed=lambda: None))
+    def subscribed(self) -> None:
+        self.subscriptions += 1
+        self._more.set()
+
+    async def until(self, done: Callable[[], bool]) -> None:
+        while not done():
+            self._more.clear()
+            await self._more.wait()
+
+
+@contextlib.asynccontextmanager
+async def following(settings: Settings, channels: Channels, url: str | None = None
+                    ) -> AsyncIterator[tuple[Heard, aioredis.Redis]]:
+    """A follower of ``channels`` (on ``url``, the session's Redis by default) and a
+    client to publish with, for at most 30 s."""
+    heard = Heard()
+    redis = aioredis.from_url(settings.redis_url)
+    follower = asyncio.create_task(follow(
+        url or settings.redis_url, channels, Backoff("test_follow"),
+        on_message=heard.message, on_subscribed=heard.subscribed))
     try:
         async with asyncio.timeout(30):
-            await channels.until(base)
-            await channels.until(extra)
-            await redis.publish(extra, b"on the wanted one")
-            await redis.publish(base, b"on the base one")
-            await until_heard(b"on the base one")
-            assert heard == [b"on the wanted one", b"on the base one"]
-
-            channels.want(extra, False)
-            await channels.until(extra, live=False)
-            await redis.publish(extra, b"nobody hears this")
-            await redis.publish(base, b"after the drop")
-            await until_heard(b"after the drop")
-            assert b"nobody hears this" not in heard
-
-            channels.want(base, False)  # always followed: dropping it changes nothing
-            channels.want(extra)
-            await channels.until(extra)
-            assert channels.live(base)
+            yield heard, redis
     finally:
         follower.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await follower
         await redis.aclose()
+
+
+async def test_wanted_channels_are_followed_from_the_next_subscription_and_dropped(
+        migrated: Settings, uniq: str) -> None:
+    base, extra = f"follow-{uniq}-base", f"follow-{uniq}-extra"
+    channels = Channels(base)
+    channels.want(extra)  # before any subscription: the first one asks for it
+    async with following(migrated, channels) as (heard, redis):
+        await channels.until(base)
+        await channels.until(extra)
+        await redis.publish(extra, b"on the wanted one")
+        await redis.publish(base, b"on the base one")
+        await heard.until(lambda: b"on the base one" in heard.messages)
+        assert heard.messages == [b"on the wanted one", b"on the base one"]
+
+        channels.want(extra, False)
+        await channels.until(extra, live=False)
+        await redis.publish(extra, b"nobody hears this")
+        await redis.publish(base, b"after the drop")
+        await heard.until(lambda: b"after the drop" in heard.messages)
+        assert b"nobody hears this" not in heard.messages
+
+        channels.want(base, False)  # always followed: dropping it changes nothing
+        channels.want(extra)
+        await channels.until(extra)
+        assert channels.live(base)
 
 
 async def test_a_reconnect_asks_for_exactly_what_is_wanted_then(
@@ -70,44 +92,25 @@ async def test_a_reconnect_asks_for_exactly_what_is_wanted_then(
     name = f"follow-{uniq}"
     first = {f"{name}-{n}" for n in range(200)}
     channels = Channels(f"{name}-base")
-    subscriptions = 0
-    subscribed = asyncio.Event()
+    url = f"{migrated.redis_url}?client_name={name}"
+    async with following(migrated, channels, url) as (heard, redis):
+        await heard.until(lambda: heard.subscriptions == 1)
+        channels.want_exactly(first)
+        await asyncio.gather(*(channels.until(c) for c in first))
+        assert await redis.pubsub_numsub(*sorted(first)[:3]) == [
+            (c.encode(), 1) for c in sorted(first)[:3]]
 
-    def on_subscribed() -> None:
-        nonlocal subscriptions
-        subscriptions += 1
-        subscribed.set()
+        later = {f"{name}-{n}" for n in range(150, 250)}
+        channels.want_exactly(later)
+        await asyncio.gather(*(channels.until(c, live=c in later) for c in first | later))
 
-    redis = aioredis.from_url(migrated.redis_url)
-    follower = asyncio.create_task(follow(
-        f"{migrated.redis_url}?client_name={name}", channels, Backoff("test_follow"),
-        on_message=lambda data: None, on_subscribed=on_subscribed))
-    try:
-        async with asyncio.timeout(30):
-            await subscribed.wait()
-            channels.want_exactly(first)
-            await asyncio.gather(*(channels.until(c) for c in first))
-            assert await redis.pubsub_numsub(*sorted(first)[:3]) == [
-                (c.encode(), 1) for c in sorted(first)[:3]]
-
-            later = {f"{name}-{n}" for n in range(150, 250)}
-            channels.want_exactly(later)
-            await asyncio.gather(*(channels.until(c, live=c in later) for c in first | later))
-
-            subscribed.clear()
-            [mine] = [c for c in await redis.client_list() if c["name"] == name]
-            await redis.client_kill_filter(_id=mine["id"])
-            await subscribed.wait()
-            await asyncio.gather(*(channels.until(c) for c in later))
-            assert subscriptions == 2
-            assert not any(channels.live(c) for c in first - later)
-            gone = sorted(first - later)[0]
-            assert await redis.pubsub_numsub(gone) == [(gone.encode(), 0)]
-    finally:
-        follower.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await follower
-        await redis.aclose()
+        [mine] = [c for c in await redis.client_list() if c["name"] == name]
+        await redis.client_kill_filter(_id=mine["id"])
+        await heard.until(lambda: heard.subscriptions == 2)
+        await asyncio.gather(*(channels.until(c) for c in later))
+        assert not any(channels.live(c) for c in first - later)
+        gone = sorted(first - later)[0]
+        assert await redis.pubsub_numsub(gone) == [(gone.encode(), 0)]
 
 
 async def test_a_channel_dropped_and_wanted_again_is_live_only_when_redis_says_so(
@@ -117,31 +120,13 @@ async def test_a_channel_dropped_and_wanted_again_is_live_only_when_redis_says_s
     base, again = f"follow-{uniq}-base", f"follow-{uniq}-again"
     channels = Channels(base)
     channels.want(again)
-    heard: list[bytes] = []
-    more = asyncio.Event()
-
-    def on_message(data: bytes) -> None:
-        heard.append(data)
-        more.set()
-
-    redis = aioredis.from_url(migrated.redis_url)
-    follower = asyncio.create_task(follow(migrated.redis_url, channels, Backoff("test_follow"),
-                                          on_message=on_message, on_subscribed=lambda: None))
-    try:
-        async with asyncio.timeout(30):
-            await channels.until(again)
-            channels.want(again, False)
-            await asyncio.sleep(0)  # the drop is on its way: an UNSUBSCRIBE not yet confirmed
-            assert not channels.live(again)
-            channels.want(again)
-            assert not channels.live(again)
-            await channels.until(again)
-            await redis.publish(again, b"after the second subscription")
-            while b"after the second subscription" not in heard:
-                more.clear()
-                await more.wait()
-    finally:
-        follower.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await follower
-        await redis.aclose()
+    async with following(migrated, channels) as (heard, redis):
+        await channels.until(again)
+        channels.want(again, False)
+        await asyncio.sleep(0)  # the drop is on its way: an UNSUBSCRIBE not yet confirmed
+        assert not channels.live(again)
+        channels.want(again)
+        assert not channels.live(again)
+        await channels.until(again)
+        await redis.publish(again, b"after the second subscription")
+        await heard.until(lambda: b"after the second subscription" in heard.messages)
