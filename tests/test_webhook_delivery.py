@@ -18,8 +18,10 @@ from typing import Any
 
 import asyncpg
 import pytest
+import redis.asyncio as aioredis
 from standardwebhooks import Webhook
 
+from app.delivery.protocol import commit_channel, inbox_channel
 from app.platform.db import create_pool
 from app.platform.metrics import WEBHOOK_FAILURES
 from app.platform.settings import Settings
@@ -318,3 +320,29 @@ async def test_peek_reads_a_live_lease_of_its_owner_only(migrated):
         await h.pool.execute("UPDATE agent_webhooks SET lease_until = now() - interval '1 s' "
                              "WHERE agent_id = $1", agent.agent_id)
         assert await webhooks_store.peek(h.pool, agent.agent_id, "me") is None
+
+
+async def test_the_worker_follows_the_channels_of_the_agents_its_sweep_finds(migrated):
+    """A webhook process hears the commit and event notices of the agents it serves
+    and no others; a registration its next sweep no longer finds is dropped."""
+    async with hooked_mesh(migrated) as h:
+        agent, _ = await h.receiver("followed")
+        redis = aioredis.from_url(h.settings.redis_url)
+
+        async def followers(of: AgentHandle) -> list[int]:
+            found = await redis.pubsub_numsub(commit_channel(of.agent_id),
+                                              inbox_channel(of.agent_id))
+            return [n for _, n in found]
+
+        async def followed_by(n: int) -> bool:
+            return await followers(agent) == [n, n]
+
+        try:
+            await until(lambda: followed_by(1))
+            assert await followers(h.sender) == [0, 0]  # no webhook: nothing to follow
+            gone = await h.owner.http.delete(f"/v1/agents/{agent.agent_id}/webhook",
+                                             headers=h.owner.headers)
+            assert gone.status_code == 204
+            await until(lambda: followed_by(0))
+        finally:
+            await redis.aclose()
