@@ -55,7 +55,6 @@ async def test_the_hub_follows_an_agents_channel_while_it_holds_its_reader(
 
             await hub.channels.until(channel, live=False)
             assert await _followers(redis, channel) == 0
-            await push.write([PushEvent(agent, _event(2, uniq))])  # wakes no process
     finally:
         await hub.stop()
         await redis.delete(inbox_stream_key(agent))
