@@ -11,8 +11,10 @@ import time
 
 import httpx
 import pytest
+import redis.asyncio as aioredis
 from httpx_sse import aconnect_sse
 
+from app.delivery import protocol
 from app.platform.settings import Settings
 from devstack.process import free_port
 from devstack.redis import Redis as RedisServer
@@ -171,17 +173,25 @@ async def test_sse_resumes_after_last_event_id_and_after_param_and_acked_cursor(
 
 
 async def test_sse_delivers_through_the_push_stream(mesh, pipeline) -> None:
-    """Live events come from the agent's Redis stream (the push worker wrote them),
+    """Live events come through the agent's Redis stream (the push worker wrote them),
     not only from Postgres catch-up."""
     a, b = await mesh.pair()
-    written_before = pipeline.push.written
     listener = asyncio.create_task(read_sse(pipeline.url, b.headers, count=11))
     await asyncio.sleep(0)  # let it connect; events sent before would also arrive
     for i in range(10):
         await a.send(b.agent_id, f"m{i}")
     events = await asyncio.wait_for(listener, 30)
     assert [e["seq"] for e in events] == list(range(1, 12))
-    assert pipeline.push.written - written_before >= 10
+    # The push worker's pipeline adds each event to the stream before it publishes
+    # the notice that carries it, so every live event is in the stream by now; its
+    # own counter moves only once the pipeline's reply is read, which may be later.
+    redis = aioredis.from_url(pipeline.settings.redis_url)
+    try:
+        entries = await redis.xrange(protocol.inbox_stream_key(b.agent_id))
+    finally:
+        await redis.aclose()
+    assert [entry_id for entry_id, _ in entries][-10:] == [
+        protocol.entry_id(seq).encode() for seq in range(2, 12)]
 
 
 # --- long-poll ----------------------------------------------------------------------------

@@ -9,6 +9,7 @@ import asyncio
 import secrets
 import shutil
 import sys
+from collections import Counter
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -57,14 +58,18 @@ def _otel(jaeger: Jaeger) -> dict[str, str]:
             "OTEL_BSP_SCHEDULE_DELAY": "100", "OTEL_TRACES_SAMPLER": "parentbased_always_on"}
 
 
-async def _spans(jaeger: Jaeger, trace_id: str, want: set[tuple[str, str]],
+async def _spans(jaeger: Jaeger, trace_id: str,
+                 want: set[tuple[str, str]] | Counter[tuple[str, str]],
                  timeout: float = 60.0) -> list[dict]:
-    """Poll Jaeger's query API until the trace holds every (service, span) in ``want``."""
+    """Poll Jaeger's query API until the trace holds every (service, span) in ``want``
+    (as many times as a Counter says: each process exports its spans in batches of
+    its own, so one span's arrival says nothing of a later one's)."""
+    need = Counter(want)
     async with asyncio.timeout(timeout):
         while True:
             spans = await asyncio.to_thread(jaeger.trace, trace_id)
-            have = {(s["service"], s["operationName"]) for s in spans}
-            if want <= have:
+            have = Counter((s["service"], s["operationName"]) for s in spans)
+            if need <= have:
                 return spans
             await asyncio.sleep(0.2)
 
@@ -104,11 +109,14 @@ async def test_a_message_and_its_reply_are_one_trace_across_the_processes(
         [task_event] = [tp for kind, tp in handed if kind == "task.created"]
         assert task_event.split("-")[1] == trace_id
 
-        want = {("agent-mesh-web", "mesh.send"), ("agent-mesh-web", "mesh.transaction"),
-                ("agent-mesh-outbox", "mesh.relay"), ("agent-mesh-push", "mesh.push"),
-                ("agent-mesh-web", "mesh.deliver"), ("meshd", "mesh.handle")}
-        spans = await _spans(jaeger, trace_id, want)
         # The reply is a second send in the same trace, a descendant of mesh.handle.
+        want = Counter({("agent-mesh-web", "mesh.send"): 2,
+                        ("agent-mesh-web", "mesh.transaction"): 1,
+                        ("agent-mesh-outbox", "mesh.relay"): 1,
+                        ("agent-mesh-push", "mesh.push"): 1,
+                        ("agent-mesh-web", "mesh.deliver"): 1,
+                        ("meshd", "mesh.handle"): 1})
+        spans = await _spans(jaeger, trace_id, want)
         sends = [s for s in spans if s["operationName"] == "mesh.send"]
         assert len(sends) >= 2, [(s["service"], s["operationName"]) for s in spans]
         by_id = {s["spanID"]: s for s in spans}
