@@ -346,3 +346,49 @@ async def test_the_worker_follows_the_channels_of_the_agents_its_sweep_finds(mig
             await until(lambda: followed_by(0))
         finally:
             await redis.aclose()
+
+
+async def test_a_lost_subscription_follows_the_agents_again(migrated):
+    """Redis drops the worker's subscription: the new one follows the channels of the
+    agents it serves again, and with the sweep an hour away (the one the reconnect
+    runs is over) only a notice on them can start the lane for the next send."""
+    quiet = {"webhook_sweep_seconds": 3600.0, "webhook_linger_seconds": 0.0}
+    async with hooked_mesh(migrated, worker_overrides=quiet) as h:
+        agent, rx = await h.receiver("refollowed")
+        redis = aioredis.from_url(h.settings.redis_url)
+        swept = asyncio.Event()
+        sweep = h.worker.sweep
+
+        async def noted() -> None:
+            await sweep()
+            swept.set()
+
+        h.worker.sweep = noted  # type: ignore[method-assign]
+
+        async def followed() -> bool:
+            found = await redis.pubsub_numsub(commit_channel(agent.agent_id),
+                                              inbox_channel(agent.agent_id))
+            return [n for _, n in found] == [1, 1]
+
+        try:
+            before = await h.inbox_ids(agent)
+            await rx.wait(lambda r: len(r.received) >= len(before))
+            await until(lambda: h.pool.fetchval(
+                "SELECT lease_owner IS NULL FROM agent_webhooks WHERE agent_id = $1",
+                agent.agent_id))
+            await until(followed)
+            # Every subscription of this Redis is the worker's or the web's: end them all.
+            killed = {c["id"] for c in await redis.client_list(_type="pubsub")}
+            assert killed
+            swept.clear()
+            for client_id in killed:
+                await redis.client_kill_filter(_id=client_id)
+            assert not killed & {c["id"] for c in await redis.client_list(_type="pubsub")}
+            await until(followed)  # by a new connection: the old ones are gone
+            await asyncio.wait_for(swept.wait(), 30)  # the reconnect's sweep is over
+            await h.send(agent, 1, tag="after")
+            expected = await h.inbox_ids(agent)
+            await rx.wait(lambda r: len(r.received) >= len(expected), timeout=30)
+            assert [(r.seq, r.event_id) for r in rx.received] == expected
+        finally:
+            await redis.aclose()
