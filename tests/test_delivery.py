@@ -11,7 +11,6 @@ import time
 
 import httpx
 import pytest
-import redis.asyncio as aioredis
 from httpx_sse import aconnect_sse
 
 from app.delivery import protocol
@@ -172,7 +171,7 @@ async def test_sse_resumes_after_last_event_id_and_after_param_and_acked_cursor(
         assert resp.status_code == 401
 
 
-async def test_sse_delivers_through_the_push_stream(mesh, pipeline) -> None:
+async def test_sse_delivers_through_the_push_stream(mesh, pipeline, redis_client) -> None:
     """Live events come through the agent's Redis stream (the push worker wrote them),
     not only from Postgres catch-up."""
     a, b = await mesh.pair()
@@ -185,11 +184,7 @@ async def test_sse_delivers_through_the_push_stream(mesh, pipeline) -> None:
     # The push worker's pipeline adds each event to the stream before it publishes
     # the notice that carries it, so every live event is in the stream by now; its
     # own counter moves only once the pipeline's reply is read, which may be later.
-    redis = aioredis.from_url(pipeline.settings.redis_url)
-    try:
-        entries = await redis.xrange(protocol.inbox_stream_key(b.agent_id))
-    finally:
-        await redis.aclose()
+    entries = await redis_client.xrange(protocol.inbox_stream_key(b.agent_id))
     assert [entry_id for entry_id, _ in entries][-10:] == [
         protocol.entry_id(seq).encode() for seq in range(2, 12)]
 

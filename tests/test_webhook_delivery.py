@@ -322,40 +322,37 @@ async def test_peek_reads_a_live_lease_of_its_owner_only(migrated):
         assert await webhooks_store.peek(h.pool, agent.agent_id, "me") is None
 
 
-async def test_the_worker_follows_the_channels_of_the_agents_its_sweep_finds(migrated):
+async def followers(redis: aioredis.Redis, of: AgentHandle) -> list[int]:
+    """How many connections follow the agent's commit and its event channel."""
+    found = await redis.pubsub_numsub(commit_channel(of.agent_id), inbox_channel(of.agent_id))
+    return [n for _, n in found]
+
+
+async def test_the_worker_follows_the_channels_of_the_agents_its_sweep_finds(
+        migrated, redis_client):
     """A webhook process hears the commit and event notices of the agents it serves
     and no others; a registration its next sweep no longer finds is dropped."""
     async with hooked_mesh(migrated) as h:
         agent, _ = await h.receiver("followed")
-        redis = aioredis.from_url(h.settings.redis_url)
-
-        async def followers(of: AgentHandle) -> list[int]:
-            found = await redis.pubsub_numsub(commit_channel(of.agent_id),
-                                              inbox_channel(of.agent_id))
-            return [n for _, n in found]
 
         async def followed_by(n: int) -> bool:
-            return await followers(agent) == [n, n]
+            return await followers(redis_client, agent) == [n, n]
 
-        try:
-            await until(lambda: followed_by(1))
-            assert await followers(h.sender) == [0, 0]  # no webhook: nothing to follow
-            gone = await h.owner.http.delete(f"/v1/agents/{agent.agent_id}/webhook",
-                                             headers=h.owner.headers)
-            assert gone.status_code == 204
-            await until(lambda: followed_by(0))
-        finally:
-            await redis.aclose()
+        await until(lambda: followed_by(1))
+        assert await followers(redis_client, h.sender) == [0, 0]  # no webhook: nothing
+        gone = await h.owner.http.delete(f"/v1/agents/{agent.agent_id}/webhook",
+                                         headers=h.owner.headers)
+        assert gone.status_code == 204
+        await until(lambda: followed_by(0))
 
 
-async def test_a_lost_subscription_follows_the_agents_again(migrated):
+async def test_a_lost_subscription_follows_the_agents_again(migrated, redis_client):
     """Redis drops the worker's subscription: the new one follows the channels of the
     agents it serves again, and with the sweep an hour away (the one the reconnect
     runs is over) only a notice on them can start the lane for the next send."""
     quiet = {"webhook_sweep_seconds": 3600.0, "webhook_linger_seconds": 0.0}
     async with hooked_mesh(migrated, worker_overrides=quiet) as h:
         agent, rx = await h.receiver("refollowed")
-        redis = aioredis.from_url(h.settings.redis_url)
         swept = asyncio.Event()
         sweep = h.worker.sweep
 
@@ -366,29 +363,24 @@ async def test_a_lost_subscription_follows_the_agents_again(migrated):
         h.worker.sweep = noted  # type: ignore[method-assign]
 
         async def followed() -> bool:
-            found = await redis.pubsub_numsub(commit_channel(agent.agent_id),
-                                              inbox_channel(agent.agent_id))
-            return [n for _, n in found] == [1, 1]
+            return await followers(redis_client, agent) == [1, 1]
 
-        try:
-            before = await h.inbox_ids(agent)
-            await rx.wait(lambda r: len(r.received) >= len(before))
-            await until(lambda: h.pool.fetchval(
-                "SELECT lease_owner IS NULL FROM agent_webhooks WHERE agent_id = $1",
-                agent.agent_id))
-            await until(followed)
-            # Every subscription of this Redis is the worker's or the web's: end them all.
-            killed = {c["id"] for c in await redis.client_list(_type="pubsub")}
-            assert killed
-            swept.clear()
-            for client_id in killed:
-                await redis.client_kill_filter(_id=client_id)
-            assert not killed & {c["id"] for c in await redis.client_list(_type="pubsub")}
-            await until(followed)  # by a new connection: the old ones are gone
-            await asyncio.wait_for(swept.wait(), 30)  # the reconnect's sweep is over
-            await h.send(agent, 1, tag="after")
-            expected = await h.inbox_ids(agent)
-            await rx.wait(lambda r: len(r.received) >= len(expected), timeout=30)
-            assert [(r.seq, r.event_id) for r in rx.received] == expected
-        finally:
-            await redis.aclose()
+        before = await h.inbox_ids(agent)
+        await rx.wait(lambda r: len(r.received) >= len(before))
+        await until(lambda: h.pool.fetchval(
+            "SELECT lease_owner IS NULL FROM agent_webhooks WHERE agent_id = $1",
+            agent.agent_id))
+        await until(followed)
+        # Every subscription of this Redis is the worker's or a web process's: end them all.
+        killed = {c["id"] for c in await redis_client.client_list(_type="pubsub")}
+        assert killed
+        swept.clear()
+        for client_id in killed:
+            await redis_client.client_kill_filter(_id=client_id)
+        assert not killed & {c["id"] for c in await redis_client.client_list(_type="pubsub")}
+        await until(followed)  # by a new connection: the old ones are gone
+        await asyncio.wait_for(swept.wait(), 30)  # the reconnect's sweep is over
+        await h.send(agent, 1, tag="after")
+        expected = await h.inbox_ids(agent)
+        await rx.wait(lambda r: len(r.received) >= len(expected), timeout=30)
+        assert [(r.seq, r.event_id) for r in rx.received] == expected
