@@ -128,9 +128,10 @@ class Relay:
         except BaseException:
             await self._claims.drop(batch.conn)
             raise
-        await self._claims.end(batch.conn, sent)
+        # Counted before the marks commit: whoever sees a batch's rows sent sees it counted.
         self.batches += 1
         RELAY_BATCHES.inc()
+        await self._claims.end(batch.conn, sent)
         self.bus_healthy = bool(sent) or not failed_ids
         n_dead = sum(dead)
         OUTBOX_DISPATCH.labels(result="sent").inc(len(sent))
