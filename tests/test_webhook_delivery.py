@@ -80,6 +80,20 @@ class Hooked:
                                      "ORDER BY seq", agent.agent_id)
         return [(r["seq"], r["event_id"]) for r in rows]
 
+    async def receives_all(self, agent: AgentHandle, rx: Receiver,
+                           timeout: float = 120.0) -> list[tuple[int, str]]:
+        """Wait until ``rx`` holds as many deliveries as the agent has inbox events,
+        and assert they are exactly those events, in seq order, once each."""
+        expected = await self.inbox_ids(agent)
+        await rx.wait(lambda r: len(r.received) >= len(expected), timeout)
+        assert [(r.seq, r.event_id) for r in rx.received] == expected
+        return expected
+
+    async def lane_ended(self, agent: AgentHandle) -> None:
+        """The agent's lane gave up its lease: nothing of it runs that could read a send."""
+        await until(lambda: self.pool.fetchval(
+            "SELECT lease_owner IS NULL FROM agent_webhooks WHERE agent_id = $1", agent.agent_id))
+
     async def webhook(self, agent: AgentHandle) -> dict[str, Any]:
         return ok(await self.owner.get(f"/v1/agents/{agent.agent_id}/webhook"))  # type: ignore[no-any-return]
 
@@ -104,10 +118,8 @@ async def test_events_arrive_signed_in_order_and_are_acked(migrated):
     async with hooked_mesh(migrated) as h:
         agent, rx = await h.receiver("one")
         await h.send(agent, 30)
-        expected = await h.inbox_ids(agent)
+        expected = await h.receives_all(agent, rx)
         assert len(expected) >= 30  # the friendship's events came first
-        await rx.wait(lambda r: len(r.received) >= len(expected))
-        assert [(r.seq, r.event_id) for r in rx.received] == expected
         assert rx.bad_signatures == 0
         body = rx.received[0]
         assert body.headers["webhook-id"] == body.event_id
@@ -136,13 +148,9 @@ async def test_a_lane_starts_from_the_commit_notice(migrated):
         agent, rx = await h.receiver("woken")
         before = await h.inbox_ids(agent)
         await rx.wait(lambda r: len(r.received) >= len(before))  # the registration's start
-        # The lane ended (its lease given up): nothing of it runs that could read the send.
-        await until(lambda: h.pool.fetchval(
-            "SELECT lease_owner IS NULL FROM agent_webhooks WHERE agent_id = $1", agent.agent_id))
+        await h.lane_ended(agent)
         await h.send(agent, 1, tag="after")
-        expected = await h.inbox_ids(agent)
-        await rx.wait(lambda r: len(r.received) >= len(expected), timeout=30)
-        assert [(r.seq, r.event_id) for r in rx.received] == expected
+        await h.receives_all(agent, rx, timeout=30)
 
 
 # Events in the chaos run: 1,000 by default (MESH_WEBHOOK_TEST_EVENTS to change).
@@ -212,15 +220,11 @@ async def test_a_slow_receiver_delays_only_its_own_agent(migrated):
         await rx_slow.wait(lambda r: r.hanging == 1)
         await asyncio.gather(*(h.send(a, 40) for a, _ in others))
         for agent, rx in others:
-            expected = await h.inbox_ids(agent)
-            await rx.wait_received(len(expected))
-            assert [(r.seq, r.event_id) for r in rx.received] == expected
+            await h.receives_all(agent, rx)
         # Everything of the others arrived while the slow one was still stuck on its first.
         assert rx_slow.hanging == 1 and rx_slow.received == []
         rx_slow.release.set()
-        expected = await h.inbox_ids(slow)
-        await rx_slow.wait(lambda r: len(r.received) >= len(expected))
-        assert [(r.seq, r.event_id) for r in rx_slow.received] == expected
+        await h.receives_all(slow, rx_slow)
 
 
 def refused_count() -> float:
@@ -367,9 +371,7 @@ async def test_a_lost_subscription_follows_the_agents_again(migrated, redis_clie
 
         before = await h.inbox_ids(agent)
         await rx.wait(lambda r: len(r.received) >= len(before))
-        await until(lambda: h.pool.fetchval(
-            "SELECT lease_owner IS NULL FROM agent_webhooks WHERE agent_id = $1",
-            agent.agent_id))
+        await h.lane_ended(agent)
         await until(followed)
         # Every subscription of this Redis is the worker's or a web process's: end them all.
         killed = {c["id"] for c in await redis_client.client_list(_type="pubsub")}
@@ -381,6 +383,4 @@ async def test_a_lost_subscription_follows_the_agents_again(migrated, redis_clie
         await until(followed)  # by a new connection: the old ones are gone
         await asyncio.wait_for(swept.wait(), 30)  # the reconnect's sweep is over
         await h.send(agent, 1, tag="after")
-        expected = await h.inbox_ids(agent)
-        await rx.wait(lambda r: len(r.received) >= len(expected), timeout=30)
-        assert [(r.seq, r.event_id) for r in rx.received] == expected
+        await h.receives_all(agent, rx, timeout=30)
