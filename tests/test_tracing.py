@@ -117,8 +117,7 @@ async def test_a_message_and_its_reply_are_one_trace_across_the_processes(
                         ("agent-mesh-web", "mesh.deliver"): 1,
                         ("meshd", "mesh.handle"): 1})
         spans = await _spans(jaeger, trace_id, want)
-        sends = [s for s in spans if s["operationName"] == "mesh.send"]
-        assert len(sends) >= 2, [(s["service"], s["operationName"]) for s in spans]
+        sends = [s for s in spans if s["operationName"] == "mesh.send"]  # two, by the wait
         by_id = {s["spanID"]: s for s in spans}
 
         def ancestors(span: dict) -> list[str]:
