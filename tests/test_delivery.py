@@ -171,9 +171,11 @@ async def test_sse_resumes_after_last_event_id_and_after_param_and_acked_cursor(
         assert resp.status_code == 401
 
 
-async def test_sse_delivers_through_the_push_stream(mesh, pipeline, redis_client) -> None:
-    """Live events come through the agent's Redis stream (the push worker wrote them),
-    not only from Postgres catch-up."""
+async def test_sse_delivers_live_and_the_push_stream_still_holds_every_event(
+        mesh, pipeline, redis_client) -> None:
+    """Live events reach the stream from the commit's own notice (ADR 065), and the
+    push worker still writes each of them to the agent's Redis stream, which a
+    reconnecting stream resumes from."""
     a, b = await mesh.pair()
     listener = asyncio.create_task(read_sse(pipeline.url, b.headers, count=11))
     await asyncio.sleep(0)  # let it connect; events sent before would also arrive
@@ -181,12 +183,13 @@ async def test_sse_delivers_through_the_push_stream(mesh, pipeline, redis_client
         await a.send(b.agent_id, f"m{i}")
     events = await asyncio.wait_for(listener, 30)
     assert [e["seq"] for e in events] == list(range(1, 12))
-    # The push worker's pipeline adds each event to the stream before it publishes
-    # the notice that carries it, so every live event is in the stream by now; its
-    # own counter moves only once the pipeline's reply is read, which may be later.
-    entries = await redis_client.xrange(protocol.inbox_stream_key(b.agent_id))
-    assert [entry_id for entry_id, _ in entries][-10:] == [
-        protocol.entry_id(seq).encode() for seq in range(2, 12)]
+    key = protocol.inbox_stream_key(b.agent_id)
+    async with asyncio.timeout(30):
+        while await redis_client.xlen(key) < 11:  # noqa: ASYNC110
+            await asyncio.sleep(0.05)  # the push worker's writes: nothing to await
+    entries = await redis_client.xrange(key)
+    assert [entry_id for entry_id, _ in entries] == [
+        protocol.entry_id(seq).encode() for seq in range(1, 12)]
 
 
 # --- long-poll ----------------------------------------------------------------------------
@@ -200,7 +203,7 @@ async def test_long_poll_returns_at_once_when_events_exist(mesh) -> None:
 
 
 async def test_long_poll_wakes_on_a_new_event(mesh) -> None:
-    """The waiting poll is woken by the push worker's Redis notification, not by
+    """The waiting poll is woken by a Redis notice (the commit's), not by
     its 5 s safety re-check or the 20 s wait running out."""
     a, b = await mesh.pair()
     poll = asyncio.create_task(b.inbox(after=1, wait=20))

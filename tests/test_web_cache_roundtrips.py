@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import AsyncIterator, Collection
+from collections.abc import AsyncIterator, Collection, Sequence
 
 import asyncpg
 import pytest
 import redis.asyncio as aioredis
 
+from app.domain.event_wire import WireEvent
 from app.domain.schemas import MessageIn, TaskCreate
 from app.platform.db import create_pool
 from app.platform.settings import Settings
@@ -31,7 +32,8 @@ class Woken:
     def __init__(self) -> None:
         self.times = 0
 
-    def wake(self, recipients: Collection[str] = ()) -> None:  # app.store.writes.Wakeup
+    def wake(self, recipients: Collection[str] = (),
+             carried: Sequence[tuple[str, WireEvent]] = ()) -> None:  # app.store.writes.Wakeup
         self.times += 1
 
 

@@ -8,6 +8,12 @@ One background task then sends everything noted since its previous round:
   recipient's commit channel), so its parked long-polls on any web process and its
   webhook and A2A-bridge lanes start at once (ADR 021, ADR 063) — this process's own
   long-polls are woken in :meth:`wake` already, through the hub;
+* an **event notice carrying the committed events** per recipient (on its event
+  channel, app.delivery.protocol.event_notice_carrying), so its open streams on any
+  web process hand them over at once, without waiting for relay → bus → push
+  worker (ADR 065). The push worker's notice for the same events comes later and
+  is dropped by seq; a notice lost or out of order only delays: a reader never
+  skips a seq, and reads the stream or Postgres for one it was not handed;
 * the **relays' wake-up**: in the same Redis pipeline when there is a relay
   channel (ADR 029: at a trickle a send then costs the web one Redis round
   trip), otherwise — and for a commit without recipients, and for a round
@@ -25,14 +31,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 
 import asyncpg
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from app.delivery.inbox_hub import InboxHub
-from app.delivery.protocol import commit_channel, commit_notice
+from app.delivery.protocol import (
+    commit_channel,
+    commit_notice,
+    event_notice_carrying,
+    inbox_channel,
+)
+from app.domain.event_wire import WireEvent
 from app.platform.background import cancel
 from app.platform.metrics import RELAY_WAKEUPS
 from app.platform.retry import Backoff
@@ -55,20 +67,25 @@ class AfterCommit:
         # Relays hear the Redis round only when there is a Redis and a channel.
         self._relay_channel = relay_channel if redis is not None else None
         self._recipients: set[str] = set()
+        self._carried: dict[str, list[WireEvent]] = {}  # by recipient, since the last round
         self._events = 0  # events committed since the last round, for the relays
         self._notify = False  # a Postgres NOTIFY is owed to the relays
         self._ready = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self.notifies = 0  # NOTIFYs sent (tests count them)
 
-    def wake(self, recipients: Collection[str] = ()) -> None:
-        """Non-blocking: the outbox changed; ``recipients`` received inbox events."""
+    def wake(self, recipients: Collection[str] = (),
+             carried: Sequence[tuple[str, WireEvent]] = ()) -> None:
+        """Non-blocking: the outbox changed; ``recipients`` received inbox events,
+        ``carried`` are committed events (recipient, wire form) for their readers."""
         for agent_id in recipients:
             if self._hub is not None:
                 self._hub.wake(agent_id, committed=True)
         if self._redis is not None:
             self._recipients.update(recipients)
             self._events += len(recipients)
+            for agent_id, event in carried:
+                self._carried.setdefault(agent_id, []).append(event)
         if not recipients or self._relay_channel is None:
             self._notify = True
         self._ready.set()
@@ -87,9 +104,11 @@ class AfterCommit:
     async def _round(self) -> None:
         agents, self._recipients = self._recipients, set()
         events, self._events = self._events, 0
+        # Not kept for a retry: the push worker's notice carries them too.
+        carried, self._carried = self._carried, {}
         try:
             if agents:
-                await self._publish(agents, events)
+                await self._publish(agents, events, carried)
         except BaseException:
             self._recipients |= agents  # still worth waking once Redis answers
             self._events += events
@@ -99,11 +118,16 @@ class AfterCommit:
             raise
         await self._notify_relays()
 
-    async def _publish(self, agents: set[str], events: int) -> None:
+    async def _publish(self, agents: set[str], events: int,
+                       carried: dict[str, list[WireEvent]]) -> None:
         assert self._redis is not None
         async with self._redis.pipeline(transaction=False) as pipe:
             for agent_id in agents:
                 pipe.publish(commit_channel(agent_id), commit_notice(agent_id))
+            for agent_id, agent_events in carried.items():
+                agent_events.sort(key=lambda ev: ev.seq)  # commits may end out of seq order
+                pipe.publish(inbox_channel(agent_id),
+                             event_notice_carrying(agent_id, agent_events))
             if self._relay_channel is not None:
                 pipe.publish(self._relay_channel, relay_wakeup_message(events))
             await pipe.execute()

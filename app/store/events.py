@@ -61,6 +61,13 @@ class NewEvent:
     traceparent: str | None = field(default_factory=tracing.current_traceparent)
 
 
+# An inbox row as written: what app.domain.event_wire encodes. Every event write
+# returns it, so the web can carry a committed event in its commit notice with the
+# bytes every other path sends (app.delivery.after_commit).
+WRITTEN = ("agent_id, seq, event_id, type, task_id, context_id, from_agent_id, payload, "
+           "traceparent, created_at")
+
+
 def event_tail(source: str, *, topic: str) -> str:
     """The CTEs ``ins`` and ``out`` that every event write ends with: insert the
     inbox events ``source`` selects (columns agent_id, seq, event_id, type, task_id,
@@ -71,7 +78,7 @@ def event_tail(source: str, *, topic: str) -> str:
     INSERT INTO inbox_events (agent_id, seq, event_id, type, task_id, context_id,
                               from_agent_id, payload, traceparent)
     {source}
-    RETURNING agent_id, seq, event_id, type, task_id, context_id, from_agent_id
+    RETURNING {WRITTEN}
 ), out AS (
     INSERT INTO outbox_events (topic, key, payload)
     SELECT {topic}, i.agent_id, jsonb_build_object(
@@ -116,7 +123,7 @@ receipt AS (
     WHERE m.message_id = $9 AND m.recipient = i.agent_id AND m.sender = i.from_agent_id
     RETURNING 1
 )
-SELECT i.agent_id, i.seq, i.event_id, i.type FROM ins i
+SELECT {WRITTEN} FROM ins
 """
 
 
@@ -128,7 +135,7 @@ async def append(conn: asyncpg.Connection, events: Sequence[NewEvent], *,
                  topic: str, skip_missing: bool = False,
                  message_id: str | None = None) -> list[dict[str, Any]]:
     """Write ``events`` (at most one per recipient); returns one row per event
-    written (agent_id, seq, event_id, type).
+    written (the columns :data:`WRITTEN`).
 
     An event for an agent that no longer exists raises :class:`RecipientMissing`
     (the caller's transaction then rolls back), or is dropped with ``skip_missing``

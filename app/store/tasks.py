@@ -98,7 +98,7 @@ numbered AS (
 ), {events_store.event_tail(
     "SELECT serving_agent, seq, event_id, type, task_id, context_id, initiator, payload, "
     "traceparent FROM numbered", topic="$14::text")}
-SELECT event_id, seq FROM ins
+SELECT {events_store.WRITTEN} FROM ins
 """
 
 
@@ -116,10 +116,11 @@ class NewTask:
 
 
 async def create_with_events(conn: asyncpg.Connection, tasks: Sequence[NewTask], *,
-                             topic: str) -> list[int | None]:
+                             topic: str) -> list[asyncpg.Record | None]:
     """Tasks, their first messages, their inbox events and outbox rows: ONE
     statement, so one round trip and, outside a transaction block, one
-    transaction for the lot (ADR 028). Returns each task's event seq, None where
+    transaction for the lot (ADR 028). Returns each task's inbox event as written
+    (:data:`app.store.events.WRITTEN`), None where
     the serving agent does not exist or the creator may not name the task's
     context (see :func:`takes_part`; that one is not written). An id that is
     taken (a task_id, or a sender's message_id) raises
@@ -135,8 +136,8 @@ async def create_with_events(conn: asyncpg.Connection, tasks: Sequence[NewTask],
         [t.content_hash for t in tasks], [t.created_at for t in tasks],
         [e.event_id for e in events], [e.type for e in events], [e.payload for e in events],
         INITIAL, topic, [e.traceparent for e in events])
-    seqs = {r["event_id"]: r["seq"] for r in rows}
-    return [seqs.get(e.event_id) for e in events]
+    written = {r["event_id"]: r for r in rows}
+    return [written.get(e.event_id) for e in events]
 
 
 _APPEND_MESSAGE_SQL = f"""
@@ -156,21 +157,22 @@ m AS (
 ), {events_store.event_tail(
     "SELECT b.agent_id, b.inbox_seq, $11::text, $12::text, $2::text, $3::text, $4::text, "
     "$13::jsonb, $15::text FROM bumped b, m", topic="$14::text")}
-SELECT seq FROM ins
+SELECT {events_store.WRITTEN} FROM ins
 """
 
 
 async def append_message_with_event(
         conn: asyncpg.Connection, event: events_store.NewEvent, *, message_id: str, role: str,
         parts: list[dict[str, Any]], metadata: dict[str, Any] | None, content_hash: str,
-        created_at: datetime, topic: str) -> int | None:
+        created_at: datetime, topic: str) -> asyncpg.Record | None:
     """A message on an open task (``event``'s task_id and context_id, from its
     from_agent_id to its agent_id), that inbox event and its outbox row, and the
-    task's updated_at: ONE statement (ADR 028). Returns the event's seq; None when
+    task's updated_at: ONE statement (ADR 028). Returns the inbox event as written
+    (:data:`app.store.events.WRITTEN`); None when
     nothing was written — the task is no longer open, or the recipient no longer
     exists (the caller reads which). A (sender, message_id) that is taken raises
     ``asyncpg.UniqueViolationError`` and nothing is written."""
-    return await conn.fetchval(
+    return await conn.fetchrow(
         _APPEND_MESSAGE_SQL, message_id, event.task_id, event.context_id, event.from_agent_id,
         event.agent_id, role, parts, metadata, content_hash, created_at,
         event.event_id, event.type, event.payload, topic, event.traceparent)

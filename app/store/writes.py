@@ -9,7 +9,9 @@ outbox changed and, only once the transaction has committed, wakes the relay:
   so a burst of commits costs a handful of rounds, not one each. It is also told
   which agents received events, and publishes their commit notices (ADR 021): a
   long-poll parked on any web process answers from Postgres right after the
-  commit instead of after relay → bus → push worker;
+  commit instead of after relay → bus → push worker. It is handed the committed
+  events too (up to :data:`CARRY_MAX_EVENTS` per unit of work, encoded once the
+  commit is done), which the notices carry to the recipients' open streams (ADR 065);
 * or, where no such waker runs (cron, scripts), with one direct NOTIFY on the same
   connection, outside the transaction (a NOTIFY inside it would serialise commits
   on Postgres's notification lock — see app.delivery.after_commit). No commit notice then:
@@ -31,12 +33,13 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Protocol
 
 import asyncpg
 
+from app.domain.event_wire import WireEvent, wire_event
 from app.platform import tracing
 from app.store import events as events_store
 from app.store import outbox as outbox_store
@@ -49,9 +52,17 @@ log = logging.getLogger("mesh.writes")
 __all__ = ["Effect", "NewEvent", "NewTask", "RecipientMissing", "Wakeup", "Writes", "writes"]
 
 
+# The most committed events one unit of work hands its waker to carry: a write to
+# many recipients at once (a broadcast) is announced without them, and its
+# readers read the stream the push worker writes.
+CARRY_MAX_EVENTS = 64
+
+
 class Wakeup(Protocol):
-    def wake(self, recipients: Collection[str] = ()) -> None:
-        """Non-blocking: the outbox changed; ``recipients`` received inbox events."""
+    def wake(self, recipients: Collection[str] = (),
+             carried: Sequence[tuple[str, WireEvent]] = ()) -> None:
+        """Non-blocking: the outbox changed; ``recipients`` received inbox events,
+        ``carried`` are committed events (recipient, wire form) to hand their readers."""
 
 
 Effect = Callable[[], Awaitable[None]]
@@ -65,6 +76,9 @@ class Writes:
         self.topic = topic
         self.outbox_changed = False
         self.recipients: set[str] = set()
+        # The events written (as :data:`events_store.WRITTEN` rows), up to
+        # CARRY_MAX_EVENTS; encoded for the waker once committed.
+        self.written: list[Mapping[str, Any]] = []
         self.effects: list[Effect] = []
 
     async def append(self, events: Sequence[NewEvent], *, skip_missing: bool = False,
@@ -72,17 +86,16 @@ class Writes:
         """``events_store.append`` in this transaction (see there for the arguments)."""
         written = await events_store.append(self.conn, events, topic=self._topic(),
                                             skip_missing=skip_missing, message_id=message_id)
-        self._wrote(row["agent_id"] for row in written)
+        self._wrote(written)
         return written
 
     async def create_tasks(self, tasks: Sequence[NewTask]) -> list[int | None]:
         """``tasks_store.create_with_events`` (see there): tasks, their first messages
         and each one's event for its serving agent. Returns each event's seq, None
         where that agent does not exist or the task's context is not the creator's."""
-        seqs = await tasks_store.create_with_events(self.conn, tasks, topic=self._topic())
-        self._wrote(t.event.agent_id for t, seq in zip(tasks, seqs, strict=True)
-                    if seq is not None)
-        return seqs
+        rows = await tasks_store.create_with_events(self.conn, tasks, topic=self._topic())
+        self._wrote(row for row in rows if row is not None)
+        return [None if row is None else row["seq"] for row in rows]
 
     async def add_message(self, event: NewEvent, *, message_id: str, role: str,
                           parts: list[dict[str, Any]], metadata: dict[str, Any] | None,
@@ -90,22 +103,25 @@ class Writes:
         """``tasks_store.append_message_with_event`` (see there): a message on an
         open task and ``event`` for its recipient. Returns the event's seq, None if
         nothing was written."""
-        seq = await tasks_store.append_message_with_event(
+        row = await tasks_store.append_message_with_event(
             self.conn, event, message_id=message_id, role=role, parts=parts, metadata=metadata,
             content_hash=content_hash, created_at=created_at, topic=self._topic())
-        if seq is not None:
-            self._wrote([event.agent_id])
-        return seq
+        if row is None:
+            return None
+        self._wrote([row])
+        return int(row["seq"])
 
     def _topic(self) -> str:
         if self.topic is None:
             raise ValueError("this unit of work was opened without a bus topic to append to")
         return self.topic
 
-    def _wrote(self, recipients: Iterable[str]) -> None:
-        for agent_id in recipients:
+    def _wrote(self, rows: Iterable[Mapping[str, Any]]) -> None:
+        for row in rows:
             self.outbox_changed = True
-            self.recipients.add(agent_id)
+            self.recipients.add(row["agent_id"])
+            if len(self.written) < CARRY_MAX_EVENTS:
+                self.written.append(row)
 
     def requeued(self) -> None:
         """Outbox rows were put back to pending (an admin retry): the relay must look."""
@@ -131,7 +147,7 @@ async def writes(pool: asyncpg.Pool, *, topic: str | None = None, wakeup: Wakeup
                 async with conn.transaction():
                     yield tx
         if tx.outbox_changed:
-            await _wake(conn, wakeup, tx.recipients)
+            await _wake(conn, wakeup, tx)
     # Outside the connection: an effect (a Redis publish) need not hold one.
     for effect in tx.effects:
         try:
@@ -141,11 +157,10 @@ async def writes(pool: asyncpg.Pool, *, topic: str | None = None, wakeup: Wakeup
                         type(exc).__name__, exc)
 
 
-async def _wake(conn: asyncpg.Connection, wakeup: Wakeup | None,
-                recipients: Collection[str]) -> None:
+async def _wake(conn: asyncpg.Connection, wakeup: Wakeup | None, tx: Writes) -> None:
     if wakeup is not None:
         try:
-            wakeup.wake(recipients)
+            wakeup.wake(tx.recipients, [(row["agent_id"], wire_event(row)) for row in tx.written])
         except Exception as exc:  # the write is durable; the sweep and re-reads catch up
             log.warning("could not wake after a commit (%s: %s)", type(exc).__name__, exc)
         return
