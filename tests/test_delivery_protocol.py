@@ -95,6 +95,29 @@ async def test_the_reader_hands_over_carried_events_that_go_on_from_its_last(
     await redis_client.delete(delivery.inbox_stream_key(agent_id))
 
 
+async def test_an_offer_after_a_hole_the_stream_lacks_is_read_from_postgres(
+        mesh, db: asyncpg.Pool, redis_client: aioredis.Redis) -> None:
+    """A commit's notice can arrive before the stream has the event before it (two
+    web processes, the relay's linger): the offer proves both are committed, so
+    the reader reads Postgres instead of waiting for the next notice."""
+    a, b = await mesh.pair()  # seq 1: the friend request
+    for i in range(3):
+        await a.send(b.agent_id, f"m{i}")  # seqs 2, 3, 4
+    key = delivery.inbox_stream_key(b.agent_id)
+    async with asyncio.timeout(30):
+        while await redis_client.xlen(key) < 4:  # noqa: ASYNC110
+            await asyncio.sleep(0.05)  # the push worker's writes: nothing to await
+    await redis_client.delete(key)  # a stream that has none of them yet
+
+    reader = InboxReader(db, redis_client, b.agent_id, 2)
+    reader.catching_up = False
+    got = await reader.next_batch(offered=[WireEvent(4, "task.created", b"{}")])
+    page = (await b.get("/v1/mesh/inbox", params={"after": 2})).content
+    assert [ev.seq for ev in got] == [3, 4]
+    assert all(ev.data in page for ev in got)  # Postgres's bytes, not the offer's
+    assert reader.last == 4
+
+
 def test_only_the_protocol_module_spells_the_names() -> None:
     spelled = {"mesh:inbox-notify", '"inbox:', "'inbox:", 'f"inbox:'}
     offenders = []

@@ -66,6 +66,7 @@ class InboxReader:
             events = await inbox_store.after(self.pool, self.agent_id, self.last, BATCH)
             self.catching_up = len(events) == BATCH
             return self._advance(events, more=self.catching_up)
+        committed_beyond = False
         if offered:
             fresh = [ev for ev in offered if ev.seq > self.last]
             if not fresh:
@@ -74,6 +75,7 @@ class InboxReader:
             if fresh[0].seq == self.last + 1:
                 # A hole inside the offer sets ``more``: the rest is read from the stream.
                 return self._advance(fresh, more=False)
+            committed_beyond = True
         try:
             entries = await self.redis.xrange(delivery.inbox_stream_key(self.agent_id),
                                               min=delivery.entry_id(self.last + 1), max="+",
@@ -99,6 +101,11 @@ class InboxReader:
                     more = True  # Postgres could not close the gap yet; resume from there
                     break
             out.append(_from_entry(seq, fields))
+        if not out and committed_beyond:
+            # An offer after a hole: the events are committed (a commit's notice
+            # carries only those), the stream may not have them yet (it lags the
+            # bus path by the relay's linger), Postgres does (ADR 065).
+            return await self.next_batch(from_postgres=True)
         return self._advance(out, more=more)
 
     def _advance(self, events: list[WireEvent], *, more: bool) -> list[WireEvent]:
