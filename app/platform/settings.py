@@ -73,8 +73,11 @@ class Settings(BaseSettings):
     # While commits arrive closer together than this (the gap between the last
     # two wake-ups), wait this long after a wake-up before claiming, so one batch
     # carries the next commit too instead of a claim, publish and mark each.
-    # Commits further apart never wait (ADR 029). 0 disables.
-    relay_linger_ms: float = 6.0
+    # Commits further apart never wait (ADR 029). 0 disables. Open streams get their
+    # events from the commits' notices, not from the relay (ADR 065): the linger
+    # delays only what rides the bus path, and half the e2e p99 target leaves that
+    # path room (ADR 066).
+    relay_linger_ms: float = 25.0
     relay_retry_base_seconds: float = 5.0
     relay_max_attempts: int = 10
     push_stream_maxlen: int = 10_000
