@@ -68,7 +68,8 @@ async def one_event_every_path(settings: Settings, redis: aioredis.Redis) -> byt
         before = await inbox_seq(b)  # b's friend.request
         seq = before + 1
 
-        # Live: the stream first catches up to `before`, then tails Redis.
+        # Live: the stream first catches up to `before`, then follows the notices
+        # (the commit's carries the event, ADR 065).
         caught_up = asyncio.Event()
         live = asyncio.create_task(read_frames(http, b, before - 1, seq, caught_up, before))
         await asyncio.wait_for(caught_up.wait(), 30)
@@ -81,9 +82,12 @@ async def one_event_every_path(settings: Settings, redis: aioredis.Redis) -> byt
         page = await b.get("/v1/mesh/inbox", params={"after": before, "limit": 1})
         assert page.status_code == 200
 
-        [(entry, fields)] = await redis.xrange(delivery.inbox_stream_key(b.agent_id),
-                                               min=delivery.entry_id(seq),
-                                               max=delivery.entry_id(seq))
+        # The push worker's copy: written after the live frame went out.
+        key, entry_id = delivery.inbox_stream_key(b.agent_id), delivery.entry_id(seq)
+        async with asyncio.timeout(30):
+            while not (entries := await redis.xrange(key, min=entry_id, max=entry_id)):  # noqa: ASYNC110
+                await asyncio.sleep(0.05)  # the push worker's writes: nothing to await
+        [(_, fields)] = entries
 
         async with MeshClient(pipe.url, api_key=b.api_key) as client:
             polled = (await client.poll_inbox(after=before)).events
