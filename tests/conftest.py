@@ -9,6 +9,7 @@ error, never a silent skip (``devstack.bus.KafkaPolicy``, ``NatsPolicy``).
 
 from __future__ import annotations
 
+import asyncio
 import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -132,6 +133,21 @@ async def iso(migrated: Settings) -> Settings:
     from tests.support.isolated import isolated_settings
 
     return await isolated_settings(migrated)
+
+
+@pytest.fixture
+async def quiet_webs(iso: Settings) -> AsyncIterator[list[procs.MeshProcess]]:
+    """Two web processes on the ``iso`` database whose readers never re-read Postgres
+    on a timer of their own (the long-poll and SSE re-checks an hour): within a
+    test's timeouts only a notice can wake a parked long-poll or an open stream."""
+    quiet = {"longpoll_recheck_seconds": 3600.0, "sse_recheck_seconds": 3600.0}
+    webs = [procs.MeshProcess("web", iso, **quiet), procs.MeshProcess("web", iso, **quiet)]
+    try:
+        await asyncio.gather(*(w.start() for w in webs))
+        yield webs
+    finally:
+        for w in webs:
+            w.stop_quietly()
 
 
 @pytest.fixture

@@ -13,10 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import AsyncIterator
 
 import httpx
-import pytest
 import redis.asyncio as aioredis
 from httpx_sse import aconnect_sse
 
@@ -26,21 +24,6 @@ from tests.support.meshapi import AgentHandle, MeshFactory
 from tests.support.procs import MeshProcess
 
 SENDS = 40
-# A stream also re-reads Postgres on its own (MESH_SSE_RECHECK_SECONDS), which would
-# hand the events over without any notice: an hour here, so within the test's
-# timeouts only a notice can.
-NO_RECHECK = {"sse_recheck_seconds": 3600.0}
-
-
-@pytest.fixture
-async def two_webs(iso: Settings) -> AsyncIterator[list[MeshProcess]]:
-    webs = [MeshProcess("web", iso, **NO_RECHECK), MeshProcess("web", iso, **NO_RECHECK)]
-    try:
-        await asyncio.gather(*(w.start() for w in webs))
-        yield webs
-    finally:
-        for w in webs:
-            w.stop_quietly()
 
 
 class Stream:
@@ -72,8 +55,8 @@ class Stream:
 
 
 async def test_streams_hand_over_events_from_the_commit_and_never_twice(
-        two_webs: list[MeshProcess], iso: Settings) -> None:
-    web_a, web_b = two_webs
+        quiet_webs: list[MeshProcess], iso: Settings) -> None:
+    web_a, web_b = quiet_webs
     redis = aioredis.from_url(iso.redis_url)
     workers: list[MeshProcess] = []
     async with MeshFactory.connect(web_a.url) as mesh, \

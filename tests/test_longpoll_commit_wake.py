@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import AsyncIterator
 
 import httpx
 import pytest
@@ -35,11 +34,6 @@ from devstack.process import free_port
 from tests.support.meshapi import MeshFactory
 from tests.support.procs import MeshProcess
 
-# A parked long-poll also re-reads Postgres on its own (MESH_LONGPOLL_RECHECK_SECONDS),
-# which would answer it without any notice: an hour here, so within the poll's
-# 25 s only a notice can answer it — and with no push worker, only the commit notice.
-NO_RECHECK = {"longpoll_recheck_seconds": 3600.0}
-
 
 async def _metric(http: httpx.AsyncClient, name: str) -> float:
     for line in (await http.get("/metrics")).text.splitlines():
@@ -54,20 +48,9 @@ async def _until_parked(http: httpx.AsyncClient, base: float) -> None:
             await asyncio.sleep(0.02)  # a gauge has no event to await
 
 
-@pytest.fixture
-async def two_webs(iso: Settings) -> AsyncIterator[list[MeshProcess]]:
-    webs = [MeshProcess("web", iso, **NO_RECHECK), MeshProcess("web", iso, **NO_RECHECK)]
-    try:
-        await asyncio.gather(*(w.start() for w in webs))
-        yield webs
-    finally:
-        for w in webs:
-            w.stop_quietly()
-
-
 async def test_long_poll_on_another_process_answers_from_the_commit_notice(
-        two_webs: list[MeshProcess], iso: Settings) -> None:
-    web_a, web_b = two_webs
+        quiet_webs: list[MeshProcess], iso: Settings) -> None:
+    web_a, web_b = quiet_webs
     redis = aioredis.from_url(iso.redis_url)
     pubsub = redis.pubsub()
     try:
@@ -204,10 +187,10 @@ async def test_the_hub_follows_commit_notices_only_while_it_holds_a_long_poll(
 
 
 async def test_a_failed_commit_notice_is_logged_never_raised(
-        two_webs: list[MeshProcess], iso: Settings, caplog: pytest.LogCaptureFixture) -> None:
+        quiet_webs: list[MeshProcess], iso: Settings, caplog: pytest.LogCaptureFixture) -> None:
     """The write is durable once committed: a Redis that cannot take the notice
     must not turn it into an error (the long-poll's own re-read is the net)."""
-    async with MeshFactory.connect(two_webs[0].url) as mesh:
+    async with MeshFactory.connect(quiet_webs[0].url) as mesh:
         _, b = await mesh.pair()
     pool = await create_pool(iso, min_size=1, max_size=2)
     nowhere = aioredis.from_url(f"redis://127.0.0.1:{free_port()}", socket_connect_timeout=1)
