@@ -17,7 +17,7 @@ from app.delivery import protocol
 from app.platform.settings import Settings
 from devstack.process import free_port
 from devstack.redis import Redis as RedisServer
-from tests.support.isolated import driven_relay
+from tests.support.isolated import driven_relay, stream_holds, wait_until
 from tests.support.meshapi import MeshFactory
 from tests.support.pipeline import run_pipeline
 from workers.bus import BusOptions
@@ -184,9 +184,7 @@ async def test_sse_delivers_live_and_the_push_stream_still_holds_every_event(
     events = await asyncio.wait_for(listener, 30)
     assert [e["seq"] for e in events] == list(range(1, 12))
     key = protocol.inbox_stream_key(b.agent_id)
-    async with asyncio.timeout(30):
-        while await redis_client.xlen(key) < 11:  # noqa: ASYNC110
-            await asyncio.sleep(0.05)  # the push worker's writes: nothing to await
+    await wait_until(lambda: stream_holds(redis_client, key, 11), "the push stream's 11 entries", 30)
     entries = await redis_client.xrange(key)
     assert [entry_id for entry_id, _ in entries] == [
         protocol.entry_id(seq).encode() for seq in range(1, 12)]

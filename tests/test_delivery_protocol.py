@@ -15,6 +15,7 @@ from app.delivery import protocol as delivery
 from app.domain.event_wire import WireEvent, encode_event
 from app.platform.settings import Settings
 from app.services.stream import InboxReader
+from tests.support.isolated import stream_holds, wait_until
 from workers.push import Push, PushEvent
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -104,9 +105,7 @@ async def test_an_offer_after_a_hole_the_stream_lacks_is_read_from_postgres(
     for i in range(3):
         await a.send(b.agent_id, f"m{i}")  # seqs 2, 3, 4
     key = delivery.inbox_stream_key(b.agent_id)
-    async with asyncio.timeout(30):
-        while await redis_client.xlen(key) < 4:  # noqa: ASYNC110
-            await asyncio.sleep(0.05)  # the push worker's writes: nothing to await
+    await wait_until(lambda: stream_holds(redis_client, key, 4), "the push stream's 4 entries", 30)
     await redis_client.delete(key)  # a stream that has none of them yet
 
     reader = InboxReader(db, redis_client, b.agent_id, 2)

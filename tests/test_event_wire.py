@@ -22,6 +22,7 @@ from app.delivery import protocol as delivery
 from app.platform import db as app_db
 from app.platform.settings import Settings
 from meshd.client import MeshClient
+from tests.support.isolated import wait_until
 from tests.support.meshapi import AgentHandle, MeshFactory
 from tests.support.pipeline import run_pipeline
 
@@ -84,10 +85,8 @@ async def one_event_every_path(settings: Settings, redis: aioredis.Redis) -> byt
 
         # The push worker's copy: written after the live frame went out.
         key, entry_id = delivery.inbox_stream_key(b.agent_id), delivery.entry_id(seq)
-        async with asyncio.timeout(30):
-            while not (entries := await redis.xrange(key, min=entry_id, max=entry_id)):  # noqa: ASYNC110
-                await asyncio.sleep(0.05)  # the push worker's writes: nothing to await
-        [(_, fields)] = entries
+        [(_, fields)] = await wait_until(lambda: redis.xrange(key, min=entry_id, max=entry_id),
+                                         "the push worker's stream entry", 30)
 
         async with MeshClient(pipe.url, api_key=b.api_key) as client:
             polled = (await client.poll_inbox(after=before)).events

@@ -20,6 +20,7 @@ from httpx_sse import aconnect_sse
 
 from app.delivery import protocol as delivery
 from app.platform.settings import Settings
+from tests.support.isolated import stream_holds, wait_until
 from tests.support.meshapi import AgentHandle, MeshFactory
 from tests.support.procs import MeshProcess
 
@@ -83,9 +84,7 @@ async def test_streams_hand_over_events_from_the_commit_and_never_twice(
 
             workers = [MeshProcess("outbox", iso), MeshProcess("push", iso)]
             await asyncio.gather(*(w.start() for w in workers))
-            async with asyncio.timeout(30):
-                while await redis.xlen(key) < total:  # noqa: ASYNC110
-                    await asyncio.sleep(0.05)  # the push worker's writes: nothing to await
+            await wait_until(lambda: stream_holds(redis, key, total), "the push worker's stream", 30)
             written = {delivery.entry_seq(entry): fields[delivery.EVENT_FIELD]
                        for entry, fields in await redis.xrange(key)}
             assert written == dict(stream.events)  # the same bytes on both paths

@@ -86,6 +86,12 @@ async def outbox_counts(pool: asyncpg.Pool) -> dict[str, int]:
     return {"pending": 0, "sent": 0, "failed": 0} | {r["status"]: r["n"] for r in rows}
 
 
+async def stream_holds(redis: Any, key: str, count: int) -> bool:
+    """Whether the Redis stream ``key`` has at least ``count`` entries (the push
+    worker's writes, which nothing announces to a test: a ``wait_until`` check)."""
+    return bool(await redis.xlen(key) >= count)
+
+
 async def wait_until(check: Any, what: str, timeout: float = 60.0, interval: float = 0.05) -> Any:
     """Poll ``check`` (a function, sync or async) until it returns something truthy;
     fail with ``what`` after ``timeout`` seconds. For conditions, never fixed sleeps."""
