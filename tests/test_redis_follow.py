@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable
 
+import pytest
 import redis.asyncio as aioredis
 
 from app.delivery.redis_follow import Channels, follow
@@ -130,3 +131,35 @@ async def test_a_channel_dropped_and_wanted_again_is_live_only_when_redis_says_s
         await channels.until(again)
         await redis.publish(again, b"after the second subscription")
         await heard.until(lambda: b"after the second subscription" in heard.messages)
+
+
+async def _left_unread(settings: Settings, channel: str) -> None:
+    """Messages published while the follower leaves them unread reach it, in order,
+    only once it reads again."""
+    channels = Channels(channel)
+    sent = [b"m%d" % n for n in range(5)]
+    async with following(settings, channels) as (heard, redis):
+        await channels.until(channel)
+        with channels.unread():
+            for message in sent:
+                await redis.publish(channel, message)
+            # Redis writes a subscriber's messages before it reads the next command,
+            # so after these round trips every message is in the follower's socket,
+            # and a reading follower would have handed them over.
+            for _ in range(20):
+                await redis.ping()
+            assert heard.messages == []
+        await heard.until(lambda: len(heard.messages) == len(sent))
+        assert heard.messages == sent
+
+
+async def test_messages_left_unread_arrive_when_reading_resumes(
+        migrated: Settings, uniq: str) -> None:
+    await _left_unread(migrated, f"follow-{uniq}-unread")
+
+
+async def test_messages_left_unread_arrive_when_reading_resumes_on_uvloop(
+        migrated: Settings, uniq: str) -> None:
+    """The worker processes run uvloop, whose transports are not asyncio's classes."""
+    uvloop = pytest.importorskip("uvloop")
+    await asyncio.to_thread(uvloop.run, _left_unread(migrated, f"follow-{uniq}-uvloop"))

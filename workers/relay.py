@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 import asyncpg
 
-from app.delivery.redis_follow import follow
+from app.delivery.redis_follow import Channels, follow
 from app.platform import db, tracing
 from app.platform.metrics import DEAD_LETTERS, OUTBOX_DISPATCH, OUTBOX_PENDING, RELAY_BATCHES
 from app.platform.retry import Backoff, Schedule
@@ -64,6 +64,7 @@ class Relay:
         self._task: asyncio.Task[None] | None = None
         self._listen_task: asyncio.Task[None] | None = None
         self._hear_task: asyncio.Task[None] | None = None
+        self._heard = Channels(relay_wakeup_channel(settings.bus_topic))
         # When the last commit notice came, and how long after the one before it:
         # the relay lingers only while commits come closer together than the linger.
         self._clock = clock
@@ -285,7 +286,10 @@ class Relay:
         Closer commits, and rounds that announced several events, get the whole
         linger, which is what makes batches large under load (ADR 060)."""
         if self._notice_gap < linger / 2 or self._notice_events > 1:
-            await asyncio.sleep(linger)
+            # The wake-ups that come meanwhile change nothing until the claim: they
+            # are read after it, and set the wake for the next round.
+            with self._heard.unread():
+                await asyncio.sleep(linger)
             return
         self.lingers_to_next += 1
         self._wake.clear()
@@ -329,7 +333,7 @@ class Relay:
     async def _hear(self) -> None:
         """Follow the web processes' commits of this topic on Redis (meanwhile
         NOTIFYs and the sweep remain); drain once on every (re)subscription."""
-        await follow(self.settings.redis_url, relay_wakeup_channel(self.settings.bus_topic),
+        await follow(self.settings.redis_url, self._heard,
                      Backoff("relay_hear_commits", stop=self._stop, logger=log),
                      on_message=self._noticed, on_subscribed=self._wake.set)
 

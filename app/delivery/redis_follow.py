@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import redis.asyncio as aioredis
 from redis.asyncio.client import PubSub
@@ -130,6 +130,25 @@ class Channels:
         if self._applying is not None:
             self._applying.cancel()
             self._applying = None
+
+    @contextlib.contextmanager
+    def unread(self) -> Iterator[None]:
+        """Leave what arrives on the live subscription in the socket meanwhile, to be
+        read all at once afterwards: a follower with nothing to do about a message
+        for a while is then not woken by each. Nothing is lost; without a live
+        subscription (or a transport that cannot pause) this does nothing."""
+        writer = getattr(self._pubsub.connection, "_writer", None) if self._pubsub else None
+        transport = getattr(writer, "transport", None)
+        # Duck-typed: uvloop's transports pause as asyncio's do but are not its classes.
+        if not hasattr(transport, "pause_reading") or transport.is_closing():
+            yield
+            return
+        transport.pause_reading()
+        try:
+            yield
+        finally:
+            if not transport.is_closing():
+                transport.resume_reading()
 
     def _changed(self) -> None:
         if self._pubsub is not None and (self._applying is None or self._applying.done()):
