@@ -286,8 +286,8 @@ class Relay:
         Closer commits, and rounds that announced several events, get the whole
         linger, which is what makes batches large under load (ADR 060)."""
         if self._notice_gap < linger / 2 or self._notice_events > 1:
-            # The wake-ups that come meanwhile change nothing until the claim: they
-            # are read after it, and set the wake for the next round.
+            # The wake-ups that come meanwhile cannot change the claim: they are
+            # read when the linger ends, and set the wake for the next round.
             with self._heard.unread():
                 await asyncio.sleep(linger)
             return

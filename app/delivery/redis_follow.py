@@ -9,7 +9,9 @@ may have missed something" and re-reads its source.
 
 A follower may also listen on a channel only while it wants it (:class:`Channels`):
 the web process follows the commit notices only while it holds a long-poll, and an
-agent's event channel only while it holds a reader of that agent.
+agent's event channel only while it holds a reader of that agent. And it may leave
+what arrives unread for a while (:meth:`Channels.unread`): the outbox relay does
+while it lingers, when no wake-up can change its claim.
 """
 
 from __future__ import annotations
