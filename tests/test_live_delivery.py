@@ -6,7 +6,8 @@ every event an SSE stream hands over came in a notice a web process published
 after its commit. Sends alternate between the two processes, so the notices for
 one recipient come from both. Then the relay and the push worker start and put
 the same events through the bus: the stream hands over none of them twice, and
-the bytes both paths carry for a seq are the same.
+the bytes both paths carry for a seq are the same. An event too large for a notice
+to carry is announced without its bytes, and the stream reads it from Postgres.
 """
 
 from __future__ import annotations
@@ -98,4 +99,32 @@ async def test_streams_hand_over_events_from_the_commit_and_never_twice(
             await stream.close()
             for w in workers:
                 w.stop_quietly()
+            await redis.aclose()
+
+
+async def test_an_event_too_large_to_carry_is_read_from_postgres_at_once(
+        quiet_webs: list[MeshProcess], iso: Settings) -> None:
+    """With no relay and no push worker, only the commit's notice announces the large
+    event; the stream reads it from Postgres, in order between two small ones."""
+    web_a, web_b = quiet_webs
+    redis = aioredis.from_url(iso.redis_url)
+    async with MeshFactory.connect(web_a.url) as mesh:
+        a, b = await mesh.pair()
+        before = (await b.inbox())["next_after"]
+        stream = Stream(web_b.url, b)
+        try:
+            await a.send(b.agent_id, "first")
+            await stream.holds(before + 1)
+            large = "x" * (delivery.CARRY_MAX_BYTES + 1)
+            await a.send(b.agent_id, large)
+            # Alone: a later small event's offer after the hole would read it too.
+            await stream.holds(before + 2)
+            await a.send(b.agent_id, "after")
+            await stream.holds(before + 3)
+            assert [seq for seq, _ in stream.events] == list(range(1, before + 4))
+            assert large.encode() in stream.events[-2][1]
+            assert b'"after"' in stream.events[-1][1]
+            assert await redis.xlen(delivery.inbox_stream_key(b.agent_id)) == 0
+        finally:
+            await stream.close()
             await redis.aclose()

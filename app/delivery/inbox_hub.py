@@ -90,8 +90,8 @@ class Waiter:
     waiter also keeps the events the notices since its last read carried
     (:meth:`take_offered`)."""
 
-    __slots__ = ("_event", "_must_read", "_offered", "_offered_bytes", "_woken", "agent_id",
-                 "auth_changed", "kind", "on_wake", "takes_offers")
+    __slots__ = ("_announced", "_event", "_must_read", "_offered", "_offered_bytes", "_woken",
+                 "agent_id", "auth_changed", "kind", "on_wake", "takes_offers")
 
     def __init__(self, agent_id: str, kind: WaiterKind = STREAM, *,
                  takes_offers: bool = False) -> None:
@@ -107,16 +107,20 @@ class Waiter:
         self._offered: list[WireEvent] | None = None
         self._offered_bytes = 0
         self._must_read = False
+        self._announced = 0
         self.auth_changed = False
         # A reader that waits on something else too (an SSE stream waits in the
         # client's receive(), app.web.sse_response) is told here instead of by wait().
         self.on_wake: Callable[[], None] | None = None
 
-    def wake(self, *, auth: bool = False, events: list[WireEvent] | None = None) -> None:
+    def wake(self, *, auth: bool = False, events: list[WireEvent] | None = None,
+             seq: int = 0) -> None:
         """Wake the reader; ``events`` are what the notice carried (None: it carried
-        nothing the reader can use, so the reader must read its source)."""
+        nothing the reader can use, so the reader must read its source), ``seq``
+        the last seq it announced (0: none)."""
         if auth:
             self.auth_changed = True
+        self._announced = max(self._announced, seq)
         self._offer(events)
         self._woken = True
         if self._event is not None:
@@ -145,6 +149,11 @@ class Waiter:
         self._offered_bytes = 0
         self._must_read = False
         return offered
+
+    def take_announced(self) -> int:
+        """The highest seq the notices since the last call announced (0: none)."""
+        announced, self._announced = self._announced, 0
+        return announced
 
     def take_woken(self) -> bool:
         """Whether it was woken since the last wait, clearing the flag."""
@@ -275,11 +284,11 @@ class InboxHub:
         return sum(len(w) for w in self._waiters.values())
 
     def wake(self, agent_id: str, *, auth: bool = False, committed: bool = False,
-             carried: bytes = b"") -> None:
+             carried: bytes = b"", seq: int = 0) -> None:
         """Wake this process's waiters of ``agent_id`` (as a notice does); a commit
         notice wakes only the long-polls. The events an event notice ``carried`` are
         read here only for an agent with a waiter, and go to the stream readers that
-        take them."""
+        take them; ``seq`` is the last seq it announced."""
         waiters = self._waiters.get(agent_id)
         if not waiters:
             return
@@ -288,7 +297,7 @@ class InboxHub:
         for waiter in waiters:
             if committed and waiter.kind != LONG_POLL:
                 continue
-            waiter.wake(auth=auth, events=events if waiter.takes_offers else None)
+            waiter.wake(auth=auth, events=events if waiter.takes_offers else None, seq=seq)
 
     def _wake_all(self) -> None:
         for waiters in self._waiters.values():
@@ -311,4 +320,4 @@ class InboxHub:
         for listener in self._listeners:
             listener.notice(notice)
         self.wake(notice.agent_id, auth=notice.auth, committed=notice.committed,
-                  carried=notice.carried)
+                  carried=notice.carried, seq=notice.seq)

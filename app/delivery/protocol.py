@@ -120,6 +120,8 @@ class Notice:
     # An event notice's bytes after its first line (the events it carries), unparsed:
     # most processes hear notices for agents they hold no reader of.
     carried: bytes = b""
+    # The seq an event notice announces: every event up to it is committed. 0: none.
+    seq: int = 0
 
     @property
     def auth(self) -> bool:
@@ -156,7 +158,7 @@ def parse_notice(data: bytes | str) -> Notice:
         return Notice(agent_id, "webhook")
     if what == PUSH_CHANGED:
         return Notice(agent_id, "push")
-    return Notice(agent_id, carried=carried)
+    return Notice(agent_id, carried=carried, seq=int(what) if what.isdigit() else 0)
 
 
 # --- reach changes (the web processes' relationship caches) ------------

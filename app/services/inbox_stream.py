@@ -172,7 +172,8 @@ class InboxStream:
                         if read:
                             from_postgres, self._reread = self._reread, False
                             batch = await self.source.next_batch(
-                                from_postgres=from_postgres, offered=waiter.take_offered())
+                                from_postgres=from_postgres, offered=waiter.take_offered(),
+                                announced=waiter.take_announced())
                             if batch:
                                 for ev in batch:
                                     yield ev

@@ -6,8 +6,9 @@ fastest. The reader first catches up from Postgres, then tails Redis. Whenever
 the next entry it sees is not ``last+1`` — the push worker skipped it, Redis lost
 it, or a relay published out of order — it fills the gap from Postgres before
 going on; carried events are taken only when they go on from ``last`` without a
-hole. So a connection delivers every seq once, in order: never a skip, never a
-repeat.
+hole, and what a notice announced beyond the stream's end is read from Postgres
+(the notice follows the commit; the stream trails it). So a connection delivers
+every seq once, in order: never a skip, never a repeat.
 
 Events are :class:`~app.domain.event_wire.WireEvent`: a Redis entry's bytes are passed
 on as the relay encoded them, never parsed and re-encoded here.
@@ -53,15 +54,23 @@ class InboxReader:
         # Otherwise what comes next is announced by a notice.
         self.more = True
         self.gap_fills = 0
+        # The highest seq a notice announced: committed, so Postgres has it even
+        # while the stream does not yet (it trails the commit by the relay's linger).
+        self.announced = 0
 
     async def next_batch(self, *, from_postgres: bool = False,
-                         offered: list[WireEvent] | None = None) -> list[WireEvent]:
+                         offered: list[WireEvent] | None = None,
+                         announced: int = 0) -> list[WireEvent]:
         """The next events after ``last``, in order; [] when none are known yet.
 
         ``offered`` are the events the notices since the last read carried (the
         waiter's :meth:`~app.delivery.inbox_hub.Waiter.take_offered`): when they go
         on from ``last`` without a hole they are the batch, with no read of Redis;
-        when all of them were handed over already there is nothing new to read."""
+        when all of them were handed over already there is nothing new to read.
+        ``announced`` is the highest seq those notices announced
+        (:meth:`~app.delivery.inbox_hub.Waiter.take_announced`): what the stream
+        lacks up to it is read from Postgres."""
+        self.announced = max(self.announced, announced)
         if self.catching_up or from_postgres:
             events = await inbox_store.after(self.pool, self.agent_id, self.last, BATCH)
             self.catching_up = len(events) == BATCH
@@ -101,12 +110,13 @@ class InboxReader:
                     more = True  # Postgres could not close the gap yet; resume from there
                     break
             out.append(_from_entry(seq, fields))
-        if not out and committed_beyond:
-            # An offer after a hole: the events are committed (a commit's notice
-            # carries only those), the stream may not have them yet (it lags the
+        if not out and (committed_beyond or self.announced > self.last):
+            # Announced, or offered after a hole: the events are committed (a notice
+            # follows its commit), the stream may not have them yet (it lags the
             # bus path by the relay's linger), Postgres does (ADR 065).
             return await self.next_batch(from_postgres=True)
-        return self._advance(out, more=more)
+        # The stream ends short of what was announced: read on, Postgres next.
+        return self._advance(out, more=more or (bool(out) and out[-1].seq < self.announced))
 
     def _advance(self, events: list[WireEvent], *, more: bool) -> list[WireEvent]:
         ordered: list[WireEvent] = []

@@ -51,3 +51,21 @@ async def test_the_hub_hands_carried_events_to_the_readers_that_take_them() -> N
 
         hub.wake(AGENT, carried=b"not what a notice carries")
         assert stream.take_offered() is None  # unreadable: a plain notice
+
+
+def test_a_waiter_keeps_the_highest_seq_the_notices_announced() -> None:
+    """A large event's notice carries only its seq; the reader reads up to it."""
+    head_only = delivery.parse_notice(
+        delivery.event_notice_carrying(AGENT, [WireEvent(7, "task.message", b"x" * (
+            delivery.CARRY_MAX_BYTES + 1))]))
+    assert (head_only.seq, head_only.carried) == (7, b"")
+    assert delivery.parse_notice(delivery.event_notice_carrying(AGENT, [ev(1), ev(2)])).seq == 2
+    assert delivery.parse_notice(delivery.commit_notice(AGENT)).seq == 0
+
+    waiter = Waiter(AGENT, takes_offers=True)
+    assert waiter.take_announced() == 0
+    waiter.wake(seq=head_only.seq)
+    waiter.wake(seq=3)  # notices from two processes may cross
+    waiter.wake()
+    assert waiter.take_announced() == 7
+    assert waiter.take_announced() == 0  # taken

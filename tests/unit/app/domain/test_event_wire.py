@@ -74,7 +74,7 @@ def test_delivery_protocol_round_trips() -> None:
     assert delivery.inbox_stream_key("coder@bob") == "inbox:coder@bob"
     assert delivery.entry_seq(delivery.entry_id(42).encode()) == 42
     notice = delivery.parse_notice(delivery.event_notice("coder@bob", 5).encode())
-    assert notice == delivery.Notice("coder@bob", "event")
+    assert notice == delivery.Notice("coder@bob", "event", seq=5)
     assert delivery.parse_notice(delivery.auth_notice("coder@bob")) == \
         delivery.Notice("coder@bob", "auth")
 
@@ -84,13 +84,13 @@ def test_an_event_notice_carries_small_events_and_announces_large_ones() -> None
               WireEvent(7, "task.status", b'{"seq":7,\n"s":1}')]  # a newline inside
     data = delivery.event_notice_carrying("coder@bob", events)
     notice = delivery.parse_notice(data)
-    assert (notice.agent_id, notice.kind) == ("coder@bob", "event")
+    assert (notice.agent_id, notice.kind, notice.seq) == ("coder@bob", "event", 7)
     assert data.startswith(delivery.event_notice("coder@bob", 7).encode() + b"\n")
     assert delivery.carried_events(notice.carried) == events
 
     big = [WireEvent(8, "task.message", b"x" * (delivery.CARRY_MAX_BYTES + 1))]
     plain = delivery.parse_notice(delivery.event_notice_carrying("coder@bob", big))
-    assert plain == delivery.Notice("coder@bob", "event")  # announced, not carried
+    assert plain == delivery.Notice("coder@bob", "event", seq=8)  # announced, not carried
 
     for broken in (b"6 task.message 99\n{}", b"6 task.message\n{}", b"x y z\n{}"):
         assert delivery.carried_events(broken) is None  # read as a plain notice

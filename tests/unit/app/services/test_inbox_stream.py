@@ -59,7 +59,8 @@ class FakeSource:
             self.pending.append(WireEvent(seq, "task.message", b'{"seq":%d}' % seq))
 
     async def next_batch(self, *, from_postgres: bool = False,
-                         offered: list[WireEvent] | None = None) -> list[WireEvent]:
+                         offered: list[WireEvent] | None = None,
+                         announced: int = 0) -> list[WireEvent]:
         self.reads.append(from_postgres)
         self.offers.append(offered)
         self.more = self.says_more.pop(0) if self.says_more else False
