@@ -158,7 +158,8 @@ def parse_notice(data: bytes | str) -> Notice:
         return Notice(agent_id, "webhook")
     if what == PUSH_CHANGED:
         return Notice(agent_id, "push")
-    return Notice(agent_id, carried=carried, seq=int(what) if what.isdigit() else 0)
+    return Notice(agent_id, carried=carried,
+                  seq=int(what) if what.isascii() and what.isdigit() else 0)
 
 
 # --- reach changes (the web processes' relationship caches) ------------

@@ -61,6 +61,7 @@ def test_a_waiter_keeps_the_highest_seq_the_notices_announced() -> None:
     assert (head_only.seq, head_only.carried) == (7, b"")
     assert delivery.parse_notice(delivery.event_notice_carrying(AGENT, [ev(1), ev(2)])).seq == 2
     assert delivery.parse_notice(delivery.commit_notice(AGENT)).seq == 0
+    assert delivery.parse_notice(f"{AGENT} \u00b2".encode()).seq == 0  # a digit, not a seq
 
     waiter = Waiter(AGENT, takes_offers=True)
     assert waiter.take_announced() == 0
