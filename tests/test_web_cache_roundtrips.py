@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import AsyncIterator, Collection, Sequence
+from collections.abc import AsyncIterator, Collection, Mapping, Sequence
+from typing import Any
 
 import asyncpg
 import pytest
 import redis.asyncio as aioredis
 
-from app.domain.event_wire import WireEvent
 from app.domain.schemas import MessageIn, TaskCreate
 from app.platform.db import create_pool
 from app.platform.settings import Settings
@@ -33,7 +33,7 @@ class Woken:
         self.times = 0
 
     def wake(self, recipients: Collection[str] = (),
-             carried: Sequence[tuple[str, WireEvent]] = ()) -> None:  # app.store.writes.Wakeup
+             written: Sequence[Mapping[str, Any]] = ()) -> None:  # app.store.writes.Wakeup
         self.times += 1
 
 

@@ -31,7 +31,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
+from typing import Any
 
 import asyncpg
 import redis.asyncio as aioredis
@@ -44,7 +45,7 @@ from app.delivery.protocol import (
     event_notice_carrying,
     inbox_channel,
 )
-from app.domain.event_wire import WireEvent
+from app.domain.event_wire import wire_event
 from app.platform.background import cancel
 from app.platform.metrics import RELAY_WAKEUPS
 from app.platform.retry import Backoff
@@ -67,7 +68,8 @@ class AfterCommit:
         # Relays hear the Redis round only when there is a Redis and a channel.
         self._relay_channel = relay_channel if redis is not None else None
         self._recipients: set[str] = set()
-        self._carried: dict[str, list[WireEvent]] = {}  # by recipient, since the last round
+        # Committed inbox rows by recipient since the last round, encoded in the round.
+        self._carried: dict[str, list[Mapping[str, Any]]] = {}
         self._events = 0  # events committed since the last round, for the relays
         self._notify = False  # a Postgres NOTIFY is owed to the relays
         self._ready = asyncio.Event()
@@ -75,17 +77,18 @@ class AfterCommit:
         self.notifies = 0  # NOTIFYs sent (tests count them)
 
     def wake(self, recipients: Collection[str] = (),
-             carried: Sequence[tuple[str, WireEvent]] = ()) -> None:
+             written: Sequence[Mapping[str, Any]] = ()) -> None:
         """Non-blocking: the outbox changed; ``recipients`` received inbox events,
-        ``carried`` are committed events (recipient, wire form) for their readers."""
+        ``written`` are committed inbox rows (app.store.events.WRITTEN) whose events
+        the round carries to their readers (only with Redis: the round publishes)."""
         for agent_id in recipients:
             if self._hub is not None:
                 self._hub.wake(agent_id, committed=True)
         if self._redis is not None:
             self._recipients.update(recipients)
             self._events += len(recipients)
-            for agent_id, event in carried:
-                self._carried.setdefault(agent_id, []).append(event)
+            for row in written:
+                self._carried.setdefault(row["agent_id"], []).append(row)
         if not recipients or self._relay_channel is None:
             self._notify = True
         self._ready.set()
@@ -119,15 +122,15 @@ class AfterCommit:
         await self._notify_relays()
 
     async def _publish(self, agents: set[str], events: int,
-                       carried: dict[str, list[WireEvent]]) -> None:
+                       carried: dict[str, list[Mapping[str, Any]]]) -> None:
         assert self._redis is not None
         async with self._redis.pipeline(transaction=False) as pipe:
             for agent_id in agents:
                 pipe.publish(commit_channel(agent_id), commit_notice(agent_id))
-            for agent_id, agent_events in carried.items():
-                agent_events.sort(key=lambda ev: ev.seq)  # commits may end out of seq order
+            for agent_id, rows in carried.items():
+                rows.sort(key=lambda row: row["seq"])  # commits may end out of seq order
                 pipe.publish(inbox_channel(agent_id),
-                             event_notice_carrying(agent_id, agent_events))
+                             event_notice_carrying(agent_id, [wire_event(r) for r in rows]))
             if self._relay_channel is not None:
                 pipe.publish(self._relay_channel, relay_wakeup_message(events))
             await pipe.execute()

@@ -10,8 +10,8 @@ outbox changed and, only once the transaction has committed, wakes the relay:
   which agents received events, and publishes their commit notices (ADR 021): a
   long-poll parked on any web process answers from Postgres right after the
   commit instead of after relay → bus → push worker. It is handed the committed
-  events too (up to :data:`CARRY_MAX_EVENTS` per unit of work, encoded once the
-  commit is done), which the notices carry to the recipients' open streams (ADR 065);
+  inbox rows too (up to :data:`CARRY_MAX_EVENTS` per unit of work), whose events
+  the notices carry to the recipients' open streams (ADR 065);
 * or, where no such waker runs (cron, scripts), with one direct NOTIFY on the same
   connection, outside the transaction (a NOTIFY inside it would serialise commits
   on Postgres's notification lock — see app.delivery.after_commit). No commit notice then:
@@ -39,7 +39,6 @@ from typing import Any, Protocol
 
 import asyncpg
 
-from app.domain.event_wire import WireEvent, wire_event
 from app.platform import tracing
 from app.store import events as events_store
 from app.store import outbox as outbox_store
@@ -60,9 +59,10 @@ CARRY_MAX_EVENTS = 64
 
 class Wakeup(Protocol):
     def wake(self, recipients: Collection[str] = (),
-             carried: Sequence[tuple[str, WireEvent]] = ()) -> None:
+             written: Sequence[Mapping[str, Any]] = ()) -> None:
         """Non-blocking: the outbox changed; ``recipients`` received inbox events,
-        ``carried`` are committed events (recipient, wire form) to hand their readers."""
+        ``written`` are committed inbox rows (:data:`events_store.WRITTEN`) whose
+        events the waker may hand their readers."""
 
 
 Effect = Callable[[], Awaitable[None]]
@@ -76,8 +76,8 @@ class Writes:
         self.topic = topic
         self.outbox_changed = False
         self.recipients: set[str] = set()
-        # The events written (as :data:`events_store.WRITTEN` rows), up to
-        # CARRY_MAX_EVENTS; encoded for the waker once committed.
+        # The inbox rows written (:data:`events_store.WRITTEN`), up to
+        # CARRY_MAX_EVENTS, for the waker once committed.
         self.written: list[Mapping[str, Any]] = []
         self.effects: list[Effect] = []
 
@@ -160,7 +160,7 @@ async def writes(pool: asyncpg.Pool, *, topic: str | None = None, wakeup: Wakeup
 async def _wake(conn: asyncpg.Connection, wakeup: Wakeup | None, tx: Writes) -> None:
     if wakeup is not None:
         try:
-            wakeup.wake(tx.recipients, [(row["agent_id"], wire_event(row)) for row in tx.written])
+            wakeup.wake(tx.recipients, tx.written)
         except Exception as exc:  # the write is durable; the sweep and re-reads catch up
             log.warning("could not wake after a commit (%s: %s)", type(exc).__name__, exc)
         return
