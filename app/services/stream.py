@@ -70,12 +70,13 @@ class InboxReader:
         ``announced`` is the highest seq those notices announced
         (:meth:`~app.delivery.inbox_hub.Waiter.take_announced`): what the stream
         lacks up to it is read from Postgres."""
-        self.announced = max(self.announced, announced)
+        # An offered event is committed too: announced by the notice that carried it.
+        self.announced = max(self.announced, announced,
+                             max((ev.seq for ev in offered or ()), default=0))
         if self.catching_up or from_postgres:
             events = await inbox_store.after(self.pool, self.agent_id, self.last, BATCH)
             self.catching_up = len(events) == BATCH
             return self._advance(events, more=self.catching_up)
-        committed_beyond = False
         if offered:
             fresh = [ev for ev in offered if ev.seq > self.last]
             if not fresh:
@@ -84,7 +85,6 @@ class InboxReader:
             if fresh[0].seq == self.last + 1:
                 # A hole inside the offer sets ``more``: the rest is read from the stream.
                 return self._advance(fresh, more=False)
-            committed_beyond = True
         try:
             entries = await self.redis.xrange(delivery.inbox_stream_key(self.agent_id),
                                               min=delivery.entry_id(self.last + 1), max="+",
@@ -110,10 +110,10 @@ class InboxReader:
                     more = True  # Postgres could not close the gap yet; resume from there
                     break
             out.append(_from_entry(seq, fields))
-        if not out and (committed_beyond or self.announced > self.last):
-            # Announced, or offered after a hole: the events are committed (a notice
-            # follows its commit), the stream may not have them yet (it lags the
-            # bus path by the relay's linger), Postgres does (ADR 065).
+        if not out and self.announced > self.last:
+            # Announced (offered after a hole, or too large to carry): the events are
+            # committed (a notice follows its commit), the stream may not have them
+            # yet (it lags the bus path by the relay's linger), Postgres does (ADR 065).
             return await self.next_batch(from_postgres=True)
         # The stream ends short of what was announced: read on, Postgres next.
         return self._advance(out, more=more or (bool(out) and out[-1].seq < self.announced))
